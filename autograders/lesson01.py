@@ -1,0 +1,233 @@
+"""Checks for lesson 01 — where training memory goes.
+
+Every reference value is measured (memlab's storage tracker around a real optimizer / training step, a real KV
+cache) or comes from the lesson's stated convention via `memlab.estimate`; none is a copy of a solution.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+from autograders.kit import (
+    CheckFailed,
+    call,
+    check,
+    expect_callable,
+    expect_close,
+    expect_keys,
+    expect_type,
+    requires,
+)
+from memlab.estimate import model_state_bytes
+from memlab.measure import OPTIMIZER_STATE, measure_training_step, track_memory
+from memlab.models import mlp
+
+GiB = 1024**3
+
+
+def _measured_state_bytes(model: torch.nn.Module, optimizer, steps: int = 1) -> int:
+    """Optimizer-state bytes after `steps` real steps, as the storage tracker classifies them."""
+    for _ in range(steps):
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        optimizer.step()
+    with track_memory(model=model, optimizer=optimizer) as trace:
+        pass
+    return trace.current_by_category[OPTIMIZER_STATE]
+
+
+def _state_cases():
+    """(name, model, optimizer, steps) — built fresh for each call."""
+    torch.manual_seed(0)
+    cases = []
+    m = mlp([40, 80, 3])
+    cases.append(("AdamW before its first step", m, torch.optim.AdamW(m.parameters()), 0))
+    m = mlp([40, 80, 3])
+    cases.append(("SGD without momentum", m, torch.optim.SGD(m.parameters(), lr=0.1), 1))
+    m = mlp([40, 80, 3])
+    cases.append(("SGD with momentum", m, torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), 2))
+    m = mlp([33, 70, 70, 5])
+    cases.append(("AdamW, 3 steps", m, torch.optim.AdamW(m.parameters(), lr=1e-3), 3))
+    m = mlp([33, 70, 5])
+    groups = [{"params": m[0].parameters(), "lr": 1e-3}, {"params": m[2].parameters(), "lr": 1e-4}]
+    cases.append(("AdamW with two parameter groups", m, torch.optim.AdamW(groups), 1))
+    m = mlp([48, 96, 4])
+    cases.append(("Adafactor (factored second moment)", m, torch.optim.Adafactor(m.parameters()), 1))
+    try:
+        import bitsandbytes as bnb
+    except Exception:
+        return cases
+    m = mlp(
+        [64, 128, 40]
+    )  # 64x128 and 128x40 (>= 4096 elements): 8-bit, sharing the qmaps; biases: 32-bit state
+    cases.append(
+        ("bitsandbytes AdamW8bit (shared quantisation maps)", m, bnb.optim.AdamW8bit(m.parameters()), 1)
+    )
+    return cases
+
+
+@check("e1_optimizer_state_bytes")
+def check_optimizer_state_bytes(optimizer_state_bytes) -> int:
+    expect_callable(optimizer_state_bytes, "optimizer_state_bytes")
+    cases = _state_cases()
+    for name, model, optimizer, steps in cases:
+        expected = _measured_state_bytes(model, optimizer, steps)
+        got = call(optimizer_state_bytes, optimizer, case=name)
+        expect_type(got, numbers.Integral, case=name, what="the byte count")
+        expect_close(got, expected, case=name, what="the optimizer-state bytes")
+    return len(cases)
+
+
+@check("e2_adamw8bit_state_bytes")
+@requires(packages=("bitsandbytes",))
+def check_adamw8bit_state_bytes(adamw8bit_state_bytes) -> int:
+    import bitsandbytes as bnb
+
+    expect_callable(adamw8bit_state_bytes, "adamw8bit_state_bytes")
+    cases = [
+        ("one 64x128 matrix", [(64, 128)], 4096),
+        ("a small MLP's shapes", [(128, 64), (128,), (10, 128), (10,)], 4096),
+        ("a matrix not a multiple of the block size", [(1000, 7), (7,)], 4096),
+        ("everything too small for 8 bits", [(50, 50), (50,)], 4096),
+        ("min_8bit_size lowered to 100", [(50, 50), (50,)], 100),
+        ("min_8bit_size raised to 100,000", [(256, 256), (300, 300)], 100_000),
+    ]
+    for name, shapes, min_8bit_size in cases:
+        params = [torch.nn.Parameter(torch.zeros(shape)) for shape in shapes]
+        holder = torch.nn.ParameterList(params)
+        optimizer = bnb.optim.AdamW8bit(holder.parameters(), min_8bit_size=min_8bit_size)
+        expected = _measured_state_bytes(holder, optimizer)
+        got = call(adamw8bit_state_bytes, [tuple(s) for s in shapes], min_8bit_size=min_8bit_size, case=name)
+        expect_type(got, numbers.Integral, case=name, what="the byte count")
+        expect_close(got, expected, case=name, what="the predicted AdamW8bit state bytes", reveal=False)
+    return len(cases)
+
+
+def _mlp_optimizer(name: str, model: torch.nn.Module) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=0.1)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+MARKS = ("after forward", "after backward", "after optimizer step")
+
+
+@check("e3_predict_live_bytes")
+def check_predict_live_bytes(predict_live_bytes) -> int:
+    expect_callable(predict_live_bytes, "predict_live_bytes")
+    cases = [
+        ([100, 200, 10], 32, "adamw"),
+        ([64, 256, 256, 4], 8, "sgd-momentum"),
+        ([20, 500, 2], 128, "sgd"),
+        ([300, 100, 100, 100, 50], 64, "adamw"),
+        ([16, 16], 1000, "sgd-momentum"),  # a single Linear: no ReLU at all
+    ]
+    for widths, batch, optimizer_name in cases:
+        name = f"widths={widths}, batch={batch}, {optimizer_name}"
+        torch.manual_seed(0)
+        model = mlp(widths)
+        x, y = torch.randn(batch, widths[0]), torch.randint(0, widths[-1], (batch,))
+        trace = measure_training_step(model, (x, y), _mlp_optimizer(optimizer_name, model))
+        measured = {m.name: m.current_bytes for m in trace.marks}
+        got = call(predict_live_bytes, list(widths), batch, optimizer_name, case=name)
+        expect_keys(got, MARKS, case=name, what="the returned dict")
+        for mark in MARKS:
+            expect_close(
+                got[mark],
+                measured[mark],
+                case=name,
+                what=f"the live bytes {mark}",
+                rtol=1e-3,
+                atol=64,
+                reveal=False,
+            )
+    return len(cases)
+
+
+@check("e4_kv_cache_bytes")
+def check_kv_cache_bytes(kv_cache_bytes) -> int:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    expect_callable(kv_cache_bytes, "kv_cache_bytes")
+    cases = [
+        (
+            "multi-head attention, fp32",
+            dict(num_attention_heads=4, num_key_value_heads=4),
+            2,
+            17,
+            torch.float32,
+        ),
+        (
+            "grouped-query attention (2 KV heads)",
+            dict(num_attention_heads=8, num_key_value_heads=2),
+            3,
+            40,
+            torch.float32,
+        ),
+        (
+            "bf16 cache, one sequence",
+            dict(num_attention_heads=4, num_key_value_heads=1),
+            1,
+            64,
+            torch.bfloat16,
+        ),
+    ]
+    for name, heads, batch, seq, dtype in cases:
+        config = LlamaConfig(
+            hidden_size=64, intermediate_size=96, num_hidden_layers=3, vocab_size=100, **heads, use_cache=True
+        )
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config).to(dtype).eval()
+        with torch.no_grad():
+            cache = model(input_ids=torch.randint(0, 100, (batch, seq)), use_cache=True).past_key_values
+        expected = sum(
+            t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values)
+        )
+        got = call(
+            kv_cache_bytes, config, batch, seq, bytes_per_value=torch.finfo(dtype).bits // 8, case=name
+        )
+        expect_type(got, numbers.Real, case=name, what="the byte count")
+        expect_close(got, expected, case=name, what="the KV-cache bytes", reveal=False)
+    return len(cases)
+
+
+@check("e5_training_state_bytes")
+def check_training_state_bytes(training_state_bytes) -> int:
+    expect_callable(training_state_bytes, "training_state_bytes")
+    n7b, lora = 6_738_415_616, 4_194_304
+    cases = [
+        ("7B full fine-tuning, bf16 + AdamW", n7b, n7b, "bf16", "adamw"),
+        ("7B full fine-tuning, fp32 + AdamW", n7b, n7b, "fp32", "adamw"),
+        ("7B full fine-tuning, bf16 + 8-bit AdamW", n7b, n7b, "bf16", "adamw-8bit"),
+        ("7B LoRA r=8 on q,v, bf16 base", n7b, lora, "bf16", "adamw"),
+        ("1B full fine-tuning, bf16 + SGD", 1_000_000_000, 1_000_000_000, "bf16", "sgd"),
+        ("125M fp16 + Lion", 125_000_000, 125_000_000, "fp16", "lion"),
+    ]
+    for name, n_params, n_trainable, weights, optimizer in cases:
+        master = None if weights == "fp32" else "fp32"
+        expected = model_state_bytes(
+            n_params,
+            weights=weights,
+            grads=weights,
+            master_weights=master,
+            optimizer=optimizer,
+            n_trainable=n_trainable,
+        )["total"]
+        got = call(training_state_bytes, n_params, n_trainable, weights, optimizer, case=name)
+        expect_type(got, numbers.Real, case=name, what="the byte count")
+        expect_close(got, expected, case=name, what="the training-state bytes", rtol=1e-9, reveal=False)
+    return len(cases)
+
+
+__all__ = [
+    "CheckFailed",
+    "check_optimizer_state_bytes",
+    "check_adamw8bit_state_bytes",
+    "check_predict_live_bytes",
+    "check_kv_cache_bytes",
+    "check_training_state_bytes",
+]

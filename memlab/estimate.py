@@ -1,0 +1,155 @@
+"""The analytic memory model, and a simulator that runs one real training step without allocating it.
+
+Every formula names its source. The conventions differ on what they count; lesson 01 compares them:
+- ZeRO (Rajbhandari et al. 2020, §3.1, https://arxiv.org/abs/1910.02054): mixed-precision Adam keeps fp16 weights
+  (2 B) + fp16 gradients (2 B) + fp32 master weights, momentum and variance (4 + 4 + 4 B) = 16 B per parameter.
+- Hugging Face "Model training anatomy" (https://huggingface.co/docs/transformers/model_memory_anatomy): mixed
+  precision = 6 B weights (fp32 + fp16 copy) + 4 B fp32 gradients + 8 B AdamW = 18 B per parameter.
+- EleutherAI "Transformer Math 101" (https://blog.eleuther.ai/transformer-math/): 12 B/param of optimizer state for
+  mixed-precision AdamW (fp32 copy + momentum + variance), plus 2 B weights, plus the gradients (2 or 4 B).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from memlab.measure import MemoryTrace, loss_of, measure_training_step
+
+#: bytes per value of each storage format ("int4": two values per byte)
+FORMAT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5, None: 0}
+
+#: optimizer state in bytes per trainable parameter, for the usual fp32 state
+OPTIMIZER_STATE_BYTES = {
+    "sgd": 0,  # plain SGD keeps nothing
+    "sgd-momentum": 4,  # one momentum buffer
+    "adamw": 8,  # exp_avg + exp_avg_sq (Loshchilov & Hutter 2019)
+    "adamw-8bit": 2,  # both moments blockwise-quantised to 1 B (Dettmers et al. 2022, arXiv:2110.02861), + tiny absmax
+    "lion": 4,  # one momentum buffer (Chen et al. 2023, arXiv:2302.06675)
+    "adafactor": 0,  # factored second moment: O(rows + cols) per matrix, ~0 per parameter (Shazeer & Stern 2018)
+    "lomo": 0,  # LOMO fuses the update into backward: no state, no full gradient kept (Lv et al. 2023)
+}
+
+
+def count_parameters(config_or_builder, trainable_only: bool = False) -> int:
+    """Parameters of a model, built on the meta device (no memory, seconds even for 7B).
+
+    `config_or_builder` is a transformers config (built with AutoModelForCausalLM.from_config) or a callable that
+    returns an nn.Module. Shared (tied) parameters are counted once, as `model.parameters()` yields them once.
+    The Llama-2-7B config gives 6,738,415,616.
+    """
+    with torch.device("meta"):
+        model = _build(config_or_builder)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def _build(config_or_builder) -> torch.nn.Module:
+    if callable(config_or_builder):
+        return config_or_builder()
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_config(config_or_builder)
+
+
+def model_state_bytes(
+    n_params: int,
+    weights: str = "bf16",
+    grads: str | None = "bf16",
+    master_weights: str | None = "fp32",
+    optimizer: str = "adamw",
+    n_trainable: int | None = None,
+) -> dict[str, float]:
+    """Bytes of the model state during training, per component, and the total.
+
+    Weights are stored for all `n_params`; gradients, master weights and optimizer state only for the
+    `n_trainable` ones (default: all; with LoRA, just the adapters). The default (bf16 weights and grads, fp32
+    master weights, AdamW) is ZeRO's mixed-precision Adam: 2 + 2 + 4 + 8 = 16 B per parameter.
+    """
+    trainable = n_params if n_trainable is None else n_trainable
+    parts = {
+        "weights": n_params * FORMAT_BYTES[weights],
+        "gradients": trainable * FORMAT_BYTES[grads],
+        "master weights": trainable * FORMAT_BYTES[master_weights],
+        "optimizer state": trainable * OPTIMIZER_STATE_BYTES[optimizer],
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def activation_bytes(
+    seq: int, batch: int, hidden: int, heads: int, layers: int, recompute: str = "none"
+) -> float:
+    """Activation memory of a GPT-style transformer's layers in 16-bit training, no tensor/sequence parallelism.
+
+    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
+    (https://arxiv.org/abs/2205.05198), §4: per layer s·b·h·(34 + 5·a·s/h) bytes, where the 5·a·s/h term is the
+    attention scores, softmax and its dropout mask. "selective" recomputation (recompute only that attention core)
+    keeps 34·s·b·h; "full" recomputation keeps only each layer's 16-bit input, 2·s·b·h.
+    Embeddings, the final norm and the logits are not included (the paper's §4.3 covers them).
+    """
+    s, b, h, a, n = seq, batch, hidden, heads, layers
+    per_layer = {
+        "none": s * b * h * (34 + 5 * a * s / h),
+        "selective": 34 * s * b * h,
+        "full": 2 * s * b * h,
+    }
+    if recompute not in per_layer:
+        raise ValueError(f"recompute must be one of {sorted(per_layer)}, not {recompute!r}")
+    return n * per_layer[recompute]
+
+
+def kv_cache_bytes(
+    batch: int, seq: int, layers: int, kv_heads: int, head_dim: int, bytes_per_value: float = 2
+) -> float:
+    """Inference KV cache: a key and a value vector per token, per layer, per KV head: 2·b·s·L·n_kv·d_head·bytes.
+
+    With grouped-query attention n_kv < n_heads (Ainslie et al. 2023, arXiv:2305.13245). Llama-2-7B (32 layers,
+    32 KV heads of 128) in fp16 keeps 0.5 MiB per token.
+    """
+    return 2 * batch * seq * layers * kv_heads * head_dim * bytes_per_value
+
+
+def simulate_training_step(
+    build_model: Callable[[], torch.nn.Module],
+    make_batch: Callable[[], object],
+    make_optimizer: Callable[[list], torch.optim.Optimizer] = lambda params: torch.optim.AdamW(params),
+    loss_fn=loss_of,
+) -> MemoryTrace:
+    """Run one real forward / backward / step / zero_grad under FakeTensorMode and return its tracked trace.
+
+    `build_model()` runs on the meta device (so it may build a 7B model, wrap it with peft, cast it, enable
+    checkpointing), then every parameter and buffer is replaced by a fake CPU tensor of the same shape and dtype:
+    no memory is allocated, yet every operator runs its shape logic, so the tracker sees every tensor the real
+    step would create. `make_batch()` and `make_optimizer(trainable_params)` run under the fake mode too.
+    The tensors are replaced in place rather than with `Module.to()`/`to_empty()`, which raise "Couldn't swap" on
+    fake tensors in torch 2.13 (and peft calls them).
+    """
+    with torch.device("meta"):
+        model = build_model()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        materialize_fake(model)
+        batch = make_batch()
+        optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad])
+        return measure_training_step(model, batch, optimizer, loss_fn=loss_fn, device="cpu")
+
+
+def materialize_fake(model: torch.nn.Module) -> None:
+    """Replace each meta parameter and buffer of `model` by an empty tensor of the active (fake) mode, on the CPU;
+    tied tensors stay tied."""
+    replaced: dict[int, torch.Tensor] = {}
+
+    def fake(t: torch.Tensor, is_param: bool) -> torch.Tensor:
+        if id(t) not in replaced:
+            new = torch.empty_like(t, device="cpu")
+            replaced[id(t)] = torch.nn.Parameter(new, requires_grad=t.requires_grad) if is_param else new
+        return replaced[id(t)]
+
+    for module in model.modules():
+        for name, p in module._parameters.items():
+            if p is not None:
+                module._parameters[name] = fake(p, True)
+        for name, b in module._buffers.items():
+            if b is not None:
+                module._buffers[name] = fake(b, False)

@@ -1,0 +1,342 @@
+"""`track_memory`: the one memory tracker every lesson measures with.
+
+On a CUDA device the headline numbers come from PyTorch's caching allocator (`torch.cuda.max_memory_allocated`,
+`memory_allocated`, `max_memory_reserved`; optionally a `_record_memory_history` snapshot for the memory_viz
+viewer). On every device, a `TorchDispatchMode` also follows the *live tensor storages*: each operator's new
+outputs are registered by their `untyped_storage()` and removed by a `weakref.finalize` when the storage dies. It
+is seeded with the tensors that existed before (parameters, buffers, gradients, optimizer state, inputs), so on
+the CPU its peak is the exact number of bytes held by tensors, and it works under `FakeTensorMode` too (that is how
+`memlab.estimate.simulate_training_step` predicts a 7B step on a laptop). The tracker also sorts bytes into
+categories: parameters (with buffers), gradients, optimizer state, and everything else (activations, inputs and
+temporaries).
+
+    with track_memory(model=model, optimizer=opt, inputs=(x,)) as trace:
+        loss = model(x).sum();  trace.mark("after forward")
+        loss.backward();        trace.mark("after backward")
+        opt.step();             trace.mark("after step")
+    trace.peak_bytes, trace.peak_by_category, trace.marks, trace.timeline
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+PARAMETERS = "parameters"
+GRADIENTS = "gradients"
+OPTIMIZER_STATE = "optimizer state"
+OTHER = "activations & temporaries"
+CATEGORIES = (PARAMETERS, GRADIENTS, OPTIMIZER_STATE, OTHER)
+
+MiB = 1024**2
+
+
+@dataclass
+class Mark:
+    """Memory at a named point: live bytes now, and the peak since the previous mark (or the start)."""
+
+    name: str
+    current_bytes: int
+    peak_bytes: int
+    by_category: dict[str, int]
+
+
+@dataclass
+class MemoryTrace:
+    """What `track_memory` measured. Byte counts are ints; on CUDA `peak_bytes` is the allocator's number."""
+
+    device: str
+    start_bytes: int = 0
+    peak_bytes: int = 0
+    current_bytes: int = 0
+    tracked_peak_bytes: int = 0
+    tracked_current_bytes: int = 0
+    peak_by_category: dict[str, int] = field(default_factory=dict)
+    current_by_category: dict[str, int] = field(default_factory=dict)
+    marks: list[Mark] = field(default_factory=list)
+    timeline: list[tuple[int, str, int]] = field(default_factory=list)  # (op index, op name, live bytes)
+    cuda_peak_reserved_bytes: int | None = None
+    snapshot_path: str | None = None
+    _session: _Session | None = field(default=None, repr=False)
+
+    def mark(self, name: str) -> Mark:
+        """Record live memory now and the peak since the previous mark under `name`."""
+        if self._session is None:
+            raise RuntimeError("mark() only works inside the `with track_memory(...)` block")
+        mark = self._session.mark(name)
+        self.marks.append(mark)
+        return mark
+
+    @property
+    def peak_mib(self) -> float:
+        return self.peak_bytes / MiB
+
+    def table(self) -> str:
+        """The marks and the peak split, as a fixed-width text table (MiB)."""
+        lines = [f"{'point':<28}{'live MiB':>12}{'peak since last':>18}"]
+        lines += [
+            f"{m.name:<28}{m.current_bytes / MiB:>12.2f}{m.peak_bytes / MiB:>18.2f}" for m in self.marks
+        ]
+        lines.append(f"{'peak (' + self.device + ')':<28}{self.peak_bytes / MiB:>12.2f}")
+        lines += [f"  {name:<26}{self.peak_by_category.get(name, 0) / MiB:>12.2f}" for name in CATEGORIES]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+class _LiveStorages(TorchDispatchMode):
+    """Follows every live tensor storage it has seen, and the peak of their total size."""
+
+    def __init__(self):
+        super().__init__()
+        self.live: dict[
+            int, list
+        ] = {}  # storage key -> [nbytes, category]; the list is shared with snapshots
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.peak_records: list[list] = []
+        self.segment_peak = 0
+        self.timeline: list[tuple[int, str, int]] = []
+        self._finalizers: list[weakref.finalize] = []
+
+    def add(self, tensor: torch.Tensor, category: str | None = None) -> None:
+        try:
+            storage = tensor.untyped_storage()
+        except (NotImplementedError, RuntimeError):  # sparse or storage-less tensors
+            return
+        key = storage._cdata
+        record = self.live.get(key)
+        if record is None:
+            record = [storage.nbytes(), category]
+            self.live[key] = record
+            self.live_bytes += record[0]
+            finalizer = weakref.finalize(storage, self._free, key, record)
+            finalizer.atexit = False
+            self._finalizers.append(finalizer)
+        else:
+            size = storage.nbytes()
+            if size != record[0]:  # resized in place (resize_, out= arguments)
+                self.live_bytes += size - record[0]
+                record[0] = size
+            if category is not None:
+                record[1] = category
+
+    def _free(self, key: int, record: list) -> None:
+        if self.live.get(key) is record:
+            del self.live[key]
+            self.live_bytes -= record[0]
+
+    def note(self, name: str) -> None:
+        self.timeline.append((len(self.timeline), name, self.live_bytes))
+        self.segment_peak = max(self.segment_peak, self.live_bytes)
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
+            self.peak_records = list(self.live.values())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                self.add(leaf)
+        self.note(func.__name__)
+        return out
+
+    def detach_all(self) -> None:
+        for finalizer in self._finalizers:
+            finalizer.detach()
+        self._finalizers.clear()
+
+
+def split_by_category(records: Iterable[list]) -> dict[str, int]:
+    split = dict.fromkeys(CATEGORIES, 0)
+    for nbytes, category in records:
+        split[category or OTHER] += nbytes
+    return split
+
+
+class _Session:
+    """The state of one `track_memory` block: the storage tracker, the hooks, the CUDA bookkeeping."""
+
+    def __init__(self, trace: MemoryTrace, model, optimizer, inputs, cuda: bool):
+        self.trace, self.model, self.optimizer, self.cuda = trace, model, optimizer, cuda
+        self.storages = _LiveStorages()
+        self.hooks = []
+        self.cuda_segment_peaks: list[int] = []
+        for t in self._model_tensors():
+            self.storages.add(t, PARAMETERS)
+        self.classify()
+        for t in tree_leaves(inputs):
+            if isinstance(t, torch.Tensor):
+                self.storages.add(t)
+        self.storages.note("start")
+        self.storages.segment_peak = self.storages.live_bytes
+        if model is not None:
+            for p in model.parameters():
+                if p.requires_grad:
+                    self.hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready))
+        if optimizer is not None:
+            self.hooks.append(optimizer.register_step_post_hook(lambda *_: self.classify()))
+
+    def _model_tensors(self):
+        if self.model is None:
+            return []
+        return [*self.model.parameters(), *self.model.buffers()]
+
+    def _grad_ready(self, param: torch.Tensor) -> None:
+        if param.grad is not None:
+            self.storages.add(param.grad, GRADIENTS)
+
+    def classify(self) -> None:
+        """(Re)label the storages we can name now: gradients and optimizer state."""
+        if self.model is not None:
+            for p in self.model.parameters():
+                if p.grad is not None:
+                    self.storages.add(p.grad, GRADIENTS)
+        if self.optimizer is not None:
+            for state in self.optimizer.state.values():
+                for value in tree_leaves(state):
+                    if isinstance(value, torch.Tensor):
+                        self.storages.add(value, OPTIMIZER_STATE)
+
+    def mark(self, name: str) -> Mark:
+        self.classify()
+        self.storages.note(f"mark: {name}")
+        live = split_by_category(self.storages.live.values())
+        if self.cuda:
+            torch.cuda.synchronize()
+            segment_peak = torch.cuda.max_memory_allocated()
+            self.cuda_segment_peaks.append(segment_peak)
+            torch.cuda.reset_peak_memory_stats()
+            mark = Mark(name, torch.cuda.memory_allocated(), segment_peak, live)
+        else:
+            mark = Mark(name, self.storages.live_bytes, self.storages.segment_peak, live)
+        self.storages.segment_peak = self.storages.live_bytes
+        return mark
+
+    def close(self) -> None:
+        self.classify()
+        self.storages.note("end")
+        trace, storages = self.trace, self.storages
+        trace.tracked_peak_bytes = storages.peak_bytes
+        trace.tracked_current_bytes = storages.live_bytes
+        trace.peak_by_category = split_by_category(storages.peak_records)
+        trace.current_by_category = split_by_category(storages.live.values())
+        trace.timeline = storages.timeline
+        if self.cuda:
+            torch.cuda.synchronize()
+            trace.peak_bytes = max([*self.cuda_segment_peaks, torch.cuda.max_memory_allocated()])
+            trace.current_bytes = torch.cuda.memory_allocated()
+            trace.cuda_peak_reserved_bytes = torch.cuda.max_memory_reserved()
+        else:
+            trace.peak_bytes = storages.peak_bytes
+            trace.current_bytes = storages.live_bytes
+        for hook in self.hooks:
+            hook.remove()
+        storages.detach_all()
+
+
+class track_memory:  # noqa: N801 - used as a context manager, reads like a function
+    """Measure the memory of the code in a `with` block; see the module docstring.
+
+    Args:
+        model: its parameters and buffers are seeded as "parameters"; its gradients are recognised as they appear.
+        optimizer: its state is recognised as "optimizer state" after each step and at each mark.
+        inputs: tensors (any nesting) that exist before the block and count as activations.
+        device: where the work runs; default: the device of the model's first parameter, else the CPU.
+        record_history: on CUDA, record an allocator history and dump a snapshot for https://pytorch.org/memory_viz
+            to `snapshot_path` (default "memory_snapshot.pickle").
+        track_storages: follow live storages with the dispatch mode (always on for the CPU; on CUDA it adds the
+            category split and the timeline at some Python overhead per operator).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        inputs=(),
+        device: str | torch.device | None = None,
+        record_history: bool = False,
+        snapshot_path: str = "memory_snapshot.pickle",
+        track_storages: bool = True,
+    ):
+        if device is None:
+            first = next(iter(model.parameters()), None) if model is not None else None
+            device = first.device if first is not None else torch.device("cpu")
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        if not self.cuda and not track_storages:
+            raise ValueError(
+                "on the CPU the storage tracker is the only measurement: keep track_storages=True"
+            )
+        self.model, self.optimizer, self.inputs = model, optimizer, inputs
+        self.record_history, self.snapshot_path = record_history and self.cuda, snapshot_path
+        self.track_storages = track_storages
+        self.trace: MemoryTrace | None = None
+
+    def __enter__(self) -> MemoryTrace:
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            if self.record_history:
+                torch.cuda.memory._record_memory_history(max_entries=200_000)
+        self.trace = MemoryTrace(device=str(self.device))
+        session = _Session(self.trace, self.model, self.optimizer, self.inputs, self.cuda)
+        self.trace._session = session
+        self.trace.start_bytes = torch.cuda.memory_allocated() if self.cuda else session.storages.live_bytes
+        if self.track_storages:
+            session.storages.__enter__()
+        return self.trace
+
+    def __exit__(self, *exc) -> None:
+        session = self.trace._session
+        if self.track_storages:
+            session.storages.__exit__(*exc)
+        session.close()
+        if self.record_history:
+            torch.cuda.memory._dump_snapshot(self.snapshot_path)
+            torch.cuda.memory._record_memory_history(enabled=None)
+            self.trace.snapshot_path = self.snapshot_path
+        self.trace._session = None
+        return None
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `tensors` (views and shared storages counted once)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        seen[storage._cdata] = storage.nbytes()
+    return sum(seen.values())
+
+
+def loss_of(model: torch.nn.Module, batch) -> torch.Tensor:
+    """The training loss of `model` on `batch`: a dict goes to a Hugging Face model (`model(**batch).loss`), a
+    tuple `(x, y)` to a classifier (`cross_entropy(model(x), y)`)."""
+    if isinstance(batch, dict):
+        return model(**batch).loss
+    x, y = batch
+    return torch.nn.functional.cross_entropy(model(x), y)
+
+
+def measure_training_step(
+    model: torch.nn.Module, batch, optimizer: torch.optim.Optimizer, loss_fn=loss_of, **track_kwargs
+) -> MemoryTrace:
+    """Run one forward / backward / optimizer step / zero_grad on `batch` inside `track_memory`, with a mark after
+    each phase. The same function runs the real step and, under FakeTensorMode, the simulated one."""
+    with track_memory(model=model, optimizer=optimizer, inputs=batch, **track_kwargs) as trace:
+        loss = loss_fn(model, batch)
+        trace.mark("after forward")
+        loss.backward()
+        del loss
+        trace.mark("after backward")
+        optimizer.step()
+        trace.mark("after optimizer step")
+        optimizer.zero_grad(set_to_none=True)
+        trace.mark("after zero_grad")
+    return trace

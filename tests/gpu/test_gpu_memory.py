@@ -1,0 +1,67 @@
+"""On a real GPU: the tracker against the caching allocator, and the simulator against a real CUDA step."""
+
+import pytest
+import torch
+
+from memlab import estimate
+from memlab.measure import measure_training_step
+from memlab.models import build_model, mlp, tiny_llama_config
+
+MiB = 1024**2
+
+
+def test_tracker_agrees_with_max_memory_allocated(gpu_results):
+    torch.manual_seed(0)
+    widths, batch = [4096, 8192, 8192, 4096, 10], 2048
+    model = mlp(widths).cuda()
+    data = (torch.randn(batch, widths[0], device="cuda"), torch.randint(0, 10, (batch,), device="cuda"))
+    optimizer = torch.optim.AdamW(model.parameters(), foreach=True)
+    measure_training_step(model, data, optimizer)  # warm-up: cuBLAS workspaces, optimizer state
+    trace = measure_training_step(model, data, optimizer)
+    gpu_results["tracker_vs_allocator_mlp"] = {
+        "widths": widths,
+        "batch": batch,
+        "allocator_peak_mib": trace.peak_bytes / MiB,
+        "tracked_peak_mib": trace.tracked_peak_bytes / MiB,
+        "reserved_peak_mib": trace.cuda_peak_reserved_bytes / MiB,
+    }
+    assert trace.tracked_peak_bytes == pytest.approx(trace.peak_bytes, rel=0.05)
+
+
+def test_simulated_llama_step_predicts_the_cuda_peak(gpu_results):
+    # ~1.1B parameters: Llama-shaped, bf16 weights, AdamW with foreach (CUDA's default implementation)
+    config = tiny_llama_config(
+        hidden_size=2048,
+        intermediate_size=5504,
+        num_hidden_layers=20,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        vocab_size=32000,
+        use_cache=False,
+    )
+    batch_size, seq = 2, 1024
+
+    def make_optimizer(params):
+        return torch.optim.AdamW(params, foreach=True)
+
+    def batch(device="cpu"):
+        ids = torch.randint(0, 32000, (batch_size, seq), device=device)
+        return {"input_ids": ids, "labels": ids}
+
+    simulated = estimate.simulate_training_step(
+        lambda: build_model(config, dtype=torch.bfloat16, device="meta"), batch, make_optimizer
+    )
+    model = build_model(config, dtype=torch.bfloat16, device="cuda")
+    n_params = sum(p.numel() for p in model.parameters())
+    assert n_params >= 1_000_000_000
+    torch.cuda.empty_cache()
+    real = measure_training_step(model, batch("cuda"), make_optimizer(model.parameters()))
+    gpu_results["simulated_vs_cuda_llama_1b"] = {
+        "n_params": n_params,
+        "batch": batch_size,
+        "seq": seq,
+        "cuda_peak_mib": real.peak_bytes / MiB,
+        "simulated_peak_mib": simulated.peak_bytes / MiB,
+        "relative_error": simulated.peak_bytes / real.peak_bytes - 1,
+    }
+    assert simulated.peak_bytes == pytest.approx(real.peak_bytes, rel=0.05)

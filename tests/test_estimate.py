@@ -1,0 +1,127 @@
+"""memlab.estimate: formulas against known numbers, and the FakeTensorMode simulator against real runs."""
+
+import time
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+from memlab import estimate
+from memlab.measure import measure_training_step
+from memlab.models import build_model, llama2_7b_config, tiny_llama_config
+
+
+def test_llama2_7b_parameter_count_on_meta_is_fast():
+    start = time.perf_counter()
+    assert estimate.count_parameters(llama2_7b_config()) == 6_738_415_616
+    assert time.perf_counter() - start < 10
+
+
+def test_count_parameters_trainable_only():
+    def frozen_body():
+        model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 2))
+        model[0].requires_grad_(False)
+        return model
+
+    assert estimate.count_parameters(frozen_body) == 110 + 22
+    assert estimate.count_parameters(frozen_body, trainable_only=True) == 22
+
+
+def test_model_state_bytes_conventions():
+    zero = estimate.model_state_bytes(1_000)  # bf16 weights + grads, fp32 master, AdamW
+    assert zero == {
+        "weights": 2000,
+        "gradients": 2000,
+        "master weights": 4000,
+        "optimizer state": 8000,
+        "total": 16000,
+    }
+    fp32 = estimate.model_state_bytes(1_000, weights="fp32", grads="fp32", master_weights=None)
+    assert fp32["total"] == 16_000  # 4 + 4 + 8: same total, no master copy
+    lora = estimate.model_state_bytes(1_000_000, n_trainable=1_000)
+    assert lora["weights"] == 2_000_000 and lora["total"] == 2_000_000 + 14 * 1_000
+    assert estimate.model_state_bytes(10, optimizer="adamw-8bit")["optimizer state"] == 20
+
+
+def test_activation_bytes_korthikanti():
+    # Llama-2-7B shape, s=2048, b=1: per layer s*b*h*(34 + 5*a*s/h) = 2048*4096*(34 + 80) bytes
+    dims = dict(seq=2048, batch=1, hidden=4096, heads=32, layers=32)
+    assert estimate.activation_bytes(**dims) == 32 * 2048 * 4096 * 114
+    assert estimate.activation_bytes(**dims, recompute="selective") == 32 * 2048 * 4096 * 34
+    assert estimate.activation_bytes(**dims, recompute="full") == 32 * 2048 * 4096 * 2
+    with pytest.raises(ValueError):
+        estimate.activation_bytes(**dims, recompute="some")
+
+
+def test_kv_cache_bytes_of_llama2_7b_is_half_a_mib_per_token():
+    assert estimate.kv_cache_bytes(batch=1, seq=1, layers=32, kv_heads=32, head_dim=128) == 512 * 1024
+
+
+def _tiny_batch():
+    ids = torch.randint(0, 2048, (4, 32))
+    return {"input_ids": ids, "labels": ids}
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
+def test_simulated_step_equals_the_real_tracked_step(checkpointing):
+    def build():
+        model = build_model(tiny_llama_config(use_cache=False))
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return model.train()
+
+    torch.manual_seed(0)
+    model = build()
+    real = measure_training_step(model, _tiny_batch(), torch.optim.AdamW(model.parameters()))
+    simulated = estimate.simulate_training_step(build, _tiny_batch)
+    assert simulated.peak_bytes == real.peak_bytes
+    assert [m.current_bytes for m in simulated.marks] == [m.current_bytes for m in real.marks]
+    assert [m.peak_bytes for m in simulated.marks] == [m.peak_bytes for m in real.marks]
+    assert simulated.peak_by_category == real.peak_by_category
+
+
+def test_checkpointing_lowers_the_simulated_forward_memory():
+    def build(checkpointing):
+        model = build_model(tiny_llama_config(use_cache=False, num_hidden_layers=4))
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return model.train()
+
+    plain = estimate.simulate_training_step(lambda: build(False), _tiny_batch)
+    ckpt = estimate.simulate_training_step(lambda: build(True), _tiny_batch)
+    assert ckpt.marks[0].current_bytes < plain.marks[0].current_bytes
+
+
+@pytest.mark.slow
+def test_llama2_7b_lora_step_simulates_on_cpu_in_under_a_minute():
+    from peft import LoraConfig, get_peft_model
+
+    def build():
+        base = build_model(llama2_7b_config(use_cache=False), dtype=torch.bfloat16, device="meta")
+        return get_peft_model(
+            base, LoraConfig(r=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+        )
+
+    def batch():
+        ids = torch.randint(0, 32000, (1, 256))
+        return {"input_ids": ids, "labels": ids}
+
+    start = time.perf_counter()
+    trace = estimate.simulate_training_step(build, batch)
+    assert time.perf_counter() - start < 60
+    weights_bf16 = 2 * 6_738_415_616
+    # bf16 base weights + the fp32 adapters; activations of 256 tokens come on top (about 1.4 GiB by Korthikanti)
+    assert weights_bf16 < trace.peak_bytes < weights_bf16 + 3 * 1024**3
+    assert trace.marks[-1].by_category["optimizer state"] == pytest.approx(8 * 8_388_608, rel=0.001)
+
+
+def test_simulation_allocates_fake_tensors_only():
+    seen = []
+
+    def build():
+        model = build_model(tiny_llama_config(use_cache=False))
+        seen.append(model)
+        return model
+
+    estimate.simulate_training_step(build, _tiny_batch)
+    assert all(isinstance(p, FakeTensor) for p in seen[0].parameters())

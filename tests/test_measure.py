@@ -1,0 +1,153 @@
+"""memlab.measure: the storage tracker is byte-exact against hand counts on small models."""
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from memlab.measure import (
+    GRADIENTS,
+    OPTIMIZER_STATE,
+    OTHER,
+    PARAMETERS,
+    measure_training_step,
+    tensor_bytes,
+    track_memory,
+)
+from memlab.models import mlp
+
+F32, I64 = 4, 8
+
+
+def n_params(widths):
+    return sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
+
+
+def test_allocations_and_frees_are_counted_exactly():
+    with track_memory() as trace:
+        a = torch.empty(1000)  # 4,000 B
+        b = torch.empty(250, dtype=torch.float64)  # 2,000 B
+        trace.mark("a and b")
+        del a
+        c = torch.empty(100, dtype=torch.int8)  # 100 B
+        trace.mark("b and c")
+        v = c.view(10, 10)  # a view allocates nothing
+        del b, c, v
+        trace.mark("nothing")
+    assert [m.current_bytes for m in trace.marks] == [6000, 2100, 0]
+    assert trace.peak_bytes == 6000
+    assert [m.peak_bytes for m in trace.marks] == [6000, 6000, 2100]
+
+
+def test_in_place_resize_is_followed():
+    with track_memory() as trace:
+        t = torch.empty(10)
+        t.resize_(1000)
+        trace.mark("resized")
+    assert trace.marks[0].current_bytes == 4000
+
+
+def test_pre_existing_tensors_are_seeded_by_category():
+    model = mlp([10, 20, 3])
+    x = torch.randn(7, 10)
+    with track_memory(model=model, inputs=(x,)) as trace:
+        pass
+    assert trace.start_bytes == F32 * n_params([10, 20, 3]) + F32 * 7 * 10
+    assert trace.current_by_category[PARAMETERS] == F32 * n_params([10, 20, 3])
+    assert trace.current_by_category[OTHER] == F32 * 7 * 10
+
+
+@pytest.mark.parametrize("optimizer_name", ["sgd", "sgd-momentum", "adamw"])
+def test_training_step_marks_equal_hand_count(optimizer_name):
+    widths, batch = [30, 50, 40, 6], 12
+    torch.manual_seed(0)
+    model = mlp(widths)
+    optimizer = {
+        "sgd": lambda: torch.optim.SGD(model.parameters(), lr=0.1),
+        "sgd-momentum": lambda: torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        "adamw": lambda: torch.optim.AdamW(model.parameters()),
+    }[optimizer_name]()
+    x, y = torch.randn(batch, widths[0]), torch.randint(0, widths[-1], (batch,))
+    trace = measure_training_step(model, (x, y), optimizer)
+
+    params = F32 * n_params(widths)
+    inputs = F32 * batch * widths[0] + I64 * batch
+    # autograd keeps each ReLU output (= the next Linear's input), the log-probabilities, loss and total_weight
+    saved = F32 * batch * (50 + 40) + F32 * batch * 6 + 2 * F32
+    state = {"sgd": 0, "sgd-momentum": params, "adamw": 2 * params + F32 * 6}[optimizer_name]
+    marks = {m.name: m for m in trace.marks}
+    assert marks["after forward"].current_bytes == params + inputs + saved
+    assert marks["after backward"].current_bytes == params + inputs + params
+    assert marks["after optimizer step"].current_bytes == params + inputs + params + state
+    assert marks["after zero_grad"].current_bytes == params + inputs + state
+    assert marks["after optimizer step"].by_category == {
+        PARAMETERS: params,
+        GRADIENTS: params,
+        OPTIMIZER_STATE: state,
+        OTHER: inputs,
+    }
+    assert trace.peak_bytes == max(b for _, _, b in trace.timeline)
+    assert trace.peak_bytes >= max(m.current_bytes for m in trace.marks)
+    assert sum(trace.peak_by_category.values()) == trace.peak_bytes
+
+
+def test_checkpointing_keeps_only_the_segment_input_and_output():
+    d, h, c, batch = 32, 64, 5, 16
+    torch.manual_seed(0)
+    block, head = mlp([d, h, h]), torch.nn.Linear(h, c)
+    block = torch.nn.Sequential(*block, torch.nn.ReLU())  # Linear, ReLU, Linear, ReLU
+    model = torch.nn.Sequential(block, head)
+    x, y = torch.randn(batch, d), torch.randint(0, c, (batch,))
+    params = F32 * sum(p.numel() for p in model.parameters())
+    inputs = F32 * batch * d + I64 * batch
+    log_probs_and_scalars = F32 * batch * c + 2 * F32
+
+    def forward_live(use_checkpoint: bool) -> int:
+        model.zero_grad(set_to_none=True)
+        with track_memory(model=model, inputs=(x, y)) as trace:
+            hidden = checkpoint(block, x, use_reentrant=False) if use_checkpoint else block(x)
+            loss = torch.nn.functional.cross_entropy(head(hidden), y)
+            trace.mark("after forward")
+            loss.backward()
+            del loss, hidden
+            trace.mark("after backward")
+        assert trace.marks[1].current_bytes == params + inputs + params  # both ways end with the gradients
+        return trace.marks[0].current_bytes
+
+    # without: both ReLU outputs (h each) are saved; with: only the block's output (the head's input)
+    assert forward_live(False) == params + inputs + F32 * batch * 2 * h + log_probs_and_scalars
+    assert forward_live(True) == params + inputs + F32 * batch * h + log_probs_and_scalars
+
+
+def test_timeline_and_marks_are_recorded():
+    model = mlp([8, 8, 2])
+    trace = measure_training_step(
+        model, (torch.randn(4, 8), torch.randint(0, 2, (4,))), torch.optim.SGD(model.parameters())
+    )
+    names = [name for _, name, _ in trace.timeline]
+    assert names[0] == "start" and names[-1] == "end"
+    assert "addmm.default" in names and "mark: after backward" in names
+    assert [m.name for m in trace.marks] == [
+        "after forward",
+        "after backward",
+        "after optimizer step",
+        "after zero_grad",
+    ]
+    assert "after backward" in trace.table()
+
+
+def test_mark_outside_the_block_is_an_error():
+    with track_memory() as trace:
+        pass
+    with pytest.raises(RuntimeError, match="inside"):
+        trace.mark("too late")
+
+
+def test_tensor_bytes_counts_shared_storage_once():
+    t = torch.zeros(100)
+    assert tensor_bytes([t, t[:10], t.view(10, 10)]) == 400
+    assert tensor_bytes([t, torch.zeros(5, dtype=torch.float16)]) == 410
+
+
+def test_cpu_tracker_cannot_be_switched_off():
+    with pytest.raises(ValueError):
+        track_memory(device="cpu", track_storages=False)
