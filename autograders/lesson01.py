@@ -59,9 +59,8 @@ def _state_cases():
         import bitsandbytes as bnb
     except Exception:
         return cases
-    m = mlp(
-        [64, 128, 40]
-    )  # 64x128 and 128x40 (>= 4096 elements): 8-bit, sharing the qmaps; biases: 32-bit state
+    # 64x128 and 128x40 (>= 4096 elements each): 8-bit state sharing one pair of qmaps; biases: 32-bit state
+    m = mlp([64, 128, 40])
     cases.append(
         ("bitsandbytes AdamW8bit (shared quantisation maps)", m, bnb.optim.AdamW8bit(m.parameters()), 1)
     )
@@ -88,7 +87,7 @@ def check_adamw8bit_state_bytes(adamw8bit_state_bytes) -> int:
     expect_callable(adamw8bit_state_bytes, "adamw8bit_state_bytes")
     cases = [
         ("one 64x128 matrix", [(64, 128)], 4096),
-        ("a small MLP's shapes", [(128, 64), (128,), (10, 128), (10,)], 4096),
+        ("a small MLP's shapes (two 8-bit matrices)", [(128, 64), (128,), (40, 128), (40,)], 4096),
         ("a matrix not a multiple of the block size", [(1000, 7), (7,)], 4096),
         ("everything too small for 8 bits", [(50, 50), (50,)], 4096),
         ("min_8bit_size lowered to 100", [(50, 50), (50,)], 100),

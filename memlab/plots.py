@@ -27,7 +27,11 @@ def memory_timeline(
             )
     peak_at = max(trace.timeline, key=lambda event: event[2])
     ax.scatter(
-        [peak_at[0]], [peak_at[2] / unit], color="#C44E52", zorder=3, label=f"peak {peak_at[2] / unit:.2f}"
+        [peak_at[0]],
+        [peak_at[2] / unit],
+        color="#C44E52",
+        zorder=3,
+        label=f"peak {peak_at[2] / unit:.2f} {unit_name}",
     )
     ax.set_xlabel("operator index")
     ax.set_ylabel(f"live tensor memory ({unit_name})")

@@ -1,0 +1,515 @@
+"""The check kit (autograders/kit.py) keeps the check contract of design brief §4.
+
+A check prints one `✓` line and returns None on success; on failure it raises one `CheckFailed` whose message
+names the check and the case and says what was expected, what was got and the tolerance, with no traceback from
+inside the kit. `@requires` says NOT CHECKED HERE (learner mode) or raises NotGradedHere (strict grading).
+"""
+
+import linecache
+import math
+import os
+import traceback
+
+import pytest
+import torch
+
+import autograders.kit as kit
+import memlab.hardware as hardware
+from autograders.kit import (
+    CheckFailed,
+    NotGradedHere,
+    call,
+    check,
+    expect_callable,
+    expect_close,
+    expect_equal,
+    expect_keys,
+    expect_type,
+    requires,
+)
+
+KIT_FILE = os.path.abspath(kit.__file__)
+THIS_FILE = os.path.abspath(__file__)
+
+
+@pytest.fixture
+def learner_mode(monkeypatch):
+    monkeypatch.delenv(kit.GRADING_ENV, raising=False)
+
+
+@pytest.fixture
+def strict_mode(monkeypatch):
+    monkeypatch.setenv(kit.GRADING_ENV, "strict")
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """Behave as this CPU machine does, even where the suite runs on a GPU box."""
+    monkeypatch.setattr(hardware, "gpu_info", lambda index=0: None)
+
+
+def fake_gpu(monkeypatch, capability=(7, 5), total_gb=15.0):
+    info = {"name": "Tesla T4", "capability": capability, "total_gb": total_gb, "free_gb": total_gb - 1}
+    monkeypatch.setattr(hardware, "gpu_info", lambda index=0: info)
+
+
+# ---- a tiny check written with the kit, as a lesson's autograder would be ----------------------------------
+
+
+@check("e9_double")
+def check_double(double) -> int:
+    """The learner writes double(x) = 2x; the case at x=5 is the one that tells wrong answers apart."""
+    expect_callable(double, "double")
+    cases = [(0, 0), (5, 10), (-3, -6)]
+    for x, expected in cases:
+        got = call(double, x, case=f"x={x}")
+        expect_close(got, expected, case=f"x={x}", what="double(x)")
+    return len(cases)
+
+
+@check("e9_secret")
+def check_secret(secret) -> int:
+    """An exercise whose answer must stay hidden (reveal=False)."""
+    got = call(secret, case="the only case")
+    expect_close(got, 123_457, case="the only case", what="the answer", rtol=1e-3, reveal=False)
+    return 1
+
+
+@check("e9_count")
+def check_count(count) -> int:
+    got = call(count, case="ten items")
+    expect_type(got, int, case="ten items", what="the count")
+    expect_close(got, 10, case="ten items", what="the count")
+    return 1
+
+
+def raised(check_fn, learner_fn) -> CheckFailed:
+    with pytest.raises(CheckFailed) as info:
+        check_fn(learner_fn)
+    return info.value
+
+
+def assert_clean_traceback(error: BaseException) -> None:
+    """Only this test file and at most the kit's `run` wrapper (which raises) in the traceback; no chained cause."""
+    frames = traceback.extract_tb(error.__traceback__)
+    files = [os.path.abspath(f.filename) for f in frames]
+    assert set(files) <= {THIS_FILE, KIT_FILE}, files
+    kit_frames = [f for f in frames if os.path.abspath(f.filename) == KIT_FILE]
+    assert len(kit_frames) <= 1, kit_frames
+    assert all(f.name == "run" for f in kit_frames), kit_frames
+    assert error.__cause__ is None
+    assert error.__suppress_context__ is True
+
+
+# ---- success -------------------------------------------------------------------------------------------------
+
+
+def test_success_prints_one_line_and_returns_none(capsys):
+    assert check_double(lambda x: 2 * x) is None
+    assert capsys.readouterr().out == "✓ e9_double: 3 cases passed\n"
+
+
+def test_success_with_one_case_says_case_not_cases(capsys):
+    assert check_secret(lambda: 123_457) is None
+    assert capsys.readouterr().out == "✓ e9_secret: 1 case passed\n"
+
+
+def test_check_keeps_its_name_and_docstring():
+    assert check_double.check_name == "e9_double"
+    assert check_double.__name__ == "check_double"
+    assert "double(x) = 2x" in check_double.__doc__
+
+
+def test_within_tolerance_passes_and_the_edge_counts_as_inside(capsys):
+    expect_close(101, 100, case="c", what="v", rtol=0.01)  # |101-100| == 0.01*100: on the edge, passes
+    expect_close(164, 100, case="c", what="v", atol=64)
+    expect_close(7, 7, case="c", what="v")
+    assert capsys.readouterr().out == ""
+
+
+# ---- failures: the message ------------------------------------------------------------------------------------
+
+
+def test_failure_is_an_assertion_error_naming_check_case_expected_got_tolerance(capsys):
+    error = raised(check_double, lambda x: 2 * x + 1)
+    assert isinstance(error, AssertionError)
+    message = str(error)
+    assert message.startswith("e9_double: case x=0: ")
+    assert message == "e9_double: case x=0: expected double(x) = 0 (exactly); got 1."
+    assert "✓" not in capsys.readouterr().out
+    assert_clean_traceback(error)
+
+
+def test_failure_names_the_case_that_failed():
+    error = raised(check_double, lambda x: x * x if x == 5 else 2 * x)
+    assert str(error) == "e9_double: case x=5: expected double(x) = 10 (exactly); got 25."
+
+
+def test_failure_message_states_relative_and_absolute_tolerance():
+    with pytest.raises(CheckFailed) as info:
+        expect_close(2_000_000, 1_234_567, case="big", what="the bytes", rtol=1e-3, atol=64)
+    assert str(info.value) == (
+        "case big: expected the bytes = 1,234,567 (tolerance ±0.001 relative + ±64 absolute); got 2,000,000."
+    )
+
+
+@pytest.mark.parametrize(("got", "direction"), [(200_000, "too high"), (100_000, "too low")])
+def test_reveal_false_hides_the_expected_value_but_says_which_way(got, direction):
+    error = raised(check_secret, lambda: got)
+    message = str(error)
+    assert message.startswith("e9_secret: case the only case: the answer is ")
+    assert direction in message
+    assert f"you got {got:,}" in message
+    assert "tolerance ±0.001 relative" in message
+    for spelling in ("123457", "123,457", "123457.0", "1.23457e+05", "expected the answer ="):
+        assert spelling not in message
+
+
+def test_reveal_false_with_an_expected_zero_says_how_far_off():
+    with pytest.raises(CheckFailed, match="too high: you got 5, which is off by 5 \\(exactly\\)"):
+        expect_close(5, 0, case="c", what="v", reveal=False)
+
+
+def test_expect_equal_reveals_or_hides():
+    with pytest.raises(CheckFailed, match=r"expected the dtype = 'bf16'; got 'fp16'"):
+        expect_equal("fp16", "bf16", case="c", what="the dtype")
+    with pytest.raises(CheckFailed) as info:
+        expect_equal("fp16", "bf16", case="c", what="the dtype", reveal=False)
+    assert "bf16" not in str(info.value)
+    assert "not right: got 'fp16'" in str(info.value)
+
+
+def test_expect_keys_lists_what_is_missing_and_what_is_there():
+    with pytest.raises(CheckFailed, match=r"missing the key\(s\) \['b'\]; it has \['a', 'c'\]"):
+        expect_keys({"c": 1, "a": 2}, ["a", "b"], case="c", what="the dict")
+    with pytest.raises(CheckFailed, match="the dict should be a dict; got a list"):
+        expect_keys([1, 2], ["a"], case="c", what="the dict")
+
+
+# ---- failures: the learner's function raises -----------------------------------------------------------------
+
+
+def test_learner_value_error_gives_type_message_and_line():
+    def double(x):
+        raise ValueError("negative sizes are not allowed")  # learner-line-value
+
+    error = raised(check_double, double)
+    message = str(error)
+    assert message.startswith(
+        "e9_double: case x=0: your function raised ValueError: negative sizes are not allowed"
+    )
+    assert f"of {THIS_FILE}" in message
+    assert "# learner-line-value" in message  # the learner's own source line is quoted
+    assert_clean_traceback(error)
+
+
+def _learner_helper(x):
+    zero = x - x
+    return x / zero  # learner-line-zero
+
+
+def test_error_in_nested_learner_code_points_at_the_innermost_line():
+    def double(x):
+        return 2 * _learner_helper(x)
+
+    error = raised(check_double, double)
+    lineno = _learner_helper.__code__.co_firstlineno + 2
+    assert "your function raised ZeroDivisionError: division by zero" in str(error)
+    assert f"(at line {lineno} of {THIS_FILE}: return x / zero  # learner-line-zero)" in str(error)
+    assert_clean_traceback(error)
+
+
+def test_the_stub_says_not_written_yet():
+    def double(x):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    error = raised(check_double, double)
+    assert (
+        str(error) == "e9_double: case x=0: your function raised NotImplementedError: it is not written yet."
+    )
+    assert_clean_traceback(error)
+
+
+def test_torch_not_implemented_for_a_dtype_is_not_called_unwritten():
+    """torch raises NotImplementedError (with a message) for a missing kernel: that is a bug, not a stub."""
+
+    def double(x):
+        t = torch.full((1,), float(x)).to(torch.float8_e4m3fn)
+        return float(t.sum()) * 2  # learner-line-fp8
+
+    error = raised(check_double, double)
+    message = str(error)
+    assert "not written yet" not in message
+    assert "your function raised NotImplementedError:" in message
+    assert "Float8_e4m3fn" in message
+    assert "# learner-line-fp8" in message
+    assert_clean_traceback(error)
+
+
+def test_code_from_a_notebook_cell_is_called_your_code(monkeypatch):
+    filename = "<ipython-input-7-0123456789ab>"
+    source = "def double(x):\n    scale = {'two': 2}\n    return x * scale['three']\n"
+    namespace = {}
+    exec(compile(source, filename, "exec"), namespace)
+    monkeypatch.setitem(linecache.cache, filename, (len(source), None, source.splitlines(True), filename))
+
+    error = raised(check_double, namespace["double"])
+    assert str(error) == (
+        "e9_double: case x=0: your function raised KeyError: 'three' "
+        "(at line 3 of your code: return x * scale['three'])"
+    )
+
+
+# ---- failures: wrong type, NaN, inf ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("returned", "described"),
+    [
+        ("10", "a str ('10')"),
+        (None, "a NoneType (None)"),
+        (torch.tensor(10), "a Tensor (tensor(10))"),
+        (True, "a bool (True)"),
+        (10.0, "a float (10.0)"),
+    ],
+)
+def test_wrong_type_is_said_plainly(returned, described):
+    error = raised(check_count, lambda: returned)
+    assert str(error).startswith("e9_count: case ten items: the count should be a")
+    assert str(error).endswith(f" int; got {described}.")
+    assert_clean_traceback(error)
+
+
+def test_bool_is_not_accepted_as_a_number_by_expect_close():
+    with pytest.raises(CheckFailed, match=r"should be a number; got a bool \(True\)"):
+        expect_close(True, 1, case="c", what="v")
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_nan_and_inf_are_said_not_to_be_finite(value):
+    error = raised(check_double, lambda x: value)
+    assert str(error) == f"e9_double: case x=0: double(x) should be a finite number; got {value}."
+
+
+def test_long_values_are_shortened_in_the_message():
+    error = raised(check_count, lambda: "x" * 500)
+    assert "..." in str(error)
+    assert len(str(error)) < 150
+
+
+# ---- not the learner's fault ---------------------------------------------------------------------------------
+
+
+def test_a_bug_in_the_check_is_reported_as_the_check_crashing():
+    @check("e9_buggy")
+    def check_buggy(fn) -> int:
+        got = call(fn, case="c")
+        return got + "cases"  # the check's own TypeError
+
+    with pytest.raises(RuntimeError) as info:
+        check_buggy(lambda: 3)
+    error = info.value
+    assert not isinstance(error, CheckFailed)
+    assert str(error).startswith("e9_buggy: the check itself crashed (TypeError: ")
+    assert "your function" not in str(error)
+    assert isinstance(error.__cause__, TypeError)  # kept for whoever fixes the check
+
+
+def test_expect_callable_says_not_defined_yet():
+    with pytest.raises(CheckFailed, match=r"^`double` is not defined yet \(it is None\)"):
+        expect_callable(None, "double")
+    with pytest.raises(CheckFailed, match="`double` should be a function; got an? int"):
+        expect_callable(3, "double")
+    expect_callable(print, "print")
+
+
+def test_check_given_none_fails_cleanly():
+    error = raised(check_double, None)
+    assert str(error).startswith("e9_double: `double` is not defined yet")
+    assert_clean_traceback(error)
+
+
+# ---- @requires ---------------------------------------------------------------------------------------------------
+
+NO_CUDA = "NOT CHECKED HERE: needs a CUDA GPU, found no CUDA GPU"
+
+
+def _counting_check():
+    calls = []
+
+    def inner(fn):
+        calls.append(fn)
+        return 1
+
+    return calls, inner
+
+
+def test_requires_cuda_in_learner_mode_says_not_checked_and_returns(no_gpu, learner_mode, capsys):
+    calls, inner = _counting_check()
+    wrapped = requires(cuda=True)(inner)
+    assert wrapped("anything") is None
+    assert capsys.readouterr().out == NO_CUDA + "\n"
+    assert calls == []
+
+
+def test_requires_cuda_when_grading_strictly_raises_not_graded_here(no_gpu, strict_mode, capsys):
+    calls, inner = _counting_check()
+    with pytest.raises(NotGradedHere) as info:
+        requires(cuda=True)(inner)("anything")
+    assert str(info.value) == NO_CUDA
+    assert info.value.__suppress_context__ is True
+    assert calls == []
+    assert capsys.readouterr().out == ""
+
+
+def test_grading_mode_is_read_at_call_time_and_case_insensitively(no_gpu, monkeypatch):
+    wrapped = requires(cuda=True)(lambda fn: 1)
+    monkeypatch.setenv(kit.GRADING_ENV, "STRICT")
+    with pytest.raises(NotGradedHere):
+        wrapped(None)
+    monkeypatch.setenv(kit.GRADING_ENV, "lenient")
+    assert wrapped(None) is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what this machine (no CUDA GPU) reports")
+def test_requires_cuda_on_this_cpu_machine(learner_mode, capsys):
+    calls, inner = _counting_check()
+    assert requires(cuda=True)(inner)(None) is None
+    assert capsys.readouterr().out == NO_CUDA + "\n"
+    assert calls == []
+
+
+def test_requires_a_missing_package(learner_mode, capsys):
+    calls, inner = _counting_check()
+    message = (
+        "NOT CHECKED HERE: needs the package definitely_not_a_pkg, found definitely_not_a_pkg not importable"
+    )
+    assert requires(packages=("definitely_not_a_pkg",))(inner)(None) is None
+    assert capsys.readouterr().out == message + "\n"
+    assert calls == []
+
+
+def test_requires_a_missing_package_when_grading_strictly(strict_mode):
+    calls, inner = _counting_check()
+    with pytest.raises(
+        NotGradedHere, match="^NOT CHECKED HERE: needs the package definitely_not_a_pkg, found"
+    ):
+        requires(packages=("definitely_not_a_pkg",))(inner)(None)
+    assert calls == []
+
+
+def test_requires_a_present_package_runs_the_check(strict_mode):
+    calls, inner = _counting_check()
+    assert requires(packages=("torch",))(inner)("answer") == 1
+    assert calls == ["answer"]
+
+
+def test_check_over_requires_prints_no_tick_when_not_checked(learner_mode, capsys):
+    """The lesson stacks `@check` over `@requires`: an unchecked exercise must not also get a ✓ line."""
+    calls, inner = _counting_check()
+    stacked = check("e9_needs_pkg")(requires(packages=("definitely_not_a_pkg",))(inner))
+    assert stacked(None) is None
+    out = capsys.readouterr().out
+    assert out.startswith("NOT CHECKED HERE: needs the package definitely_not_a_pkg")
+    assert "✓" not in out
+    assert calls == []
+
+
+def test_check_over_requires_lets_not_graded_here_through(strict_mode):
+    stacked = check("e9_needs_pkg")(requires(packages=("definitely_not_a_pkg",))(lambda fn: 1))
+    with pytest.raises(NotGradedHere) as info:
+        stacked(None)
+    assert not isinstance(info.value, CheckFailed)
+
+
+def test_check_over_requires_runs_and_ticks_when_present(learner_mode, capsys):
+    stacked = check("e9_has_pkg")(requires(packages=("torch",))(lambda fn: 2))
+    assert stacked(None) is None
+    assert capsys.readouterr().out == "✓ e9_has_pkg: 2 cases passed\n"
+
+
+# ---- memlab.hardware ---------------------------------------------------------------------------------------------
+
+
+def test_unmet_requirements_none_when_nothing_is_needed(no_gpu):
+    assert hardware.unmet_requirements() is None
+    assert hardware.unmet_requirements(packages=("torch", "math")) is None
+
+
+def test_unmet_requirements_without_a_gpu(no_gpu):
+    assert hardware.unmet_requirements(cuda=True) == ("a CUDA GPU", "no CUDA GPU")
+    assert hardware.unmet_requirements(min_capability=(8, 9)) == (
+        "a CUDA GPU (compute capability >= 8.9)",
+        "no CUDA GPU",
+    )
+    assert hardware.unmet_requirements(min_gpu_gb=24) == ("a CUDA GPU (>= 24 GB)", "no CUDA GPU")
+    assert hardware.unmet_requirements(cuda=True, min_capability=(9, 0), min_gpu_gb=40.5) == (
+        "a CUDA GPU (compute capability >= 9.0, >= 40.5 GB)",
+        "no CUDA GPU",
+    )
+
+
+def test_unmet_requirements_packages(no_gpu):
+    assert hardware.unmet_requirements(packages=("definitely_not_a_pkg",)) == (
+        "the package definitely_not_a_pkg",
+        "definitely_not_a_pkg not importable",
+    )
+    needs, found = hardware.unmet_requirements(
+        cuda=True, packages=("torch", "no_such_pkg_a", "no_such_pkg_b")
+    )
+    assert needs == "a CUDA GPU, the package no_such_pkg_a, the package no_such_pkg_b"
+    assert found == "no CUDA GPU, no_such_pkg_a not importable, no_such_pkg_b not importable"
+
+
+def test_unmet_requirements_with_a_gpu_too_old_and_too_small(monkeypatch):
+    fake_gpu(monkeypatch, capability=(7, 5), total_gb=15.0)
+    assert hardware.unmet_requirements(cuda=True) is None
+    assert hardware.unmet_requirements(min_capability=(7, 5), min_gpu_gb=15) is None
+    assert hardware.unmet_requirements(min_capability=(8, 9)) == (
+        "compute capability >= 8.9",
+        "Tesla T4 (capability 7.5)",
+    )
+    assert hardware.unmet_requirements(min_gpu_gb=24) == ("a GPU with >= 24 GB", "Tesla T4 with 15.0 GB")
+
+
+def test_requires_with_a_gpu_that_is_too_small(monkeypatch, learner_mode, capsys):
+    fake_gpu(monkeypatch, capability=(8, 0), total_gb=15.0)
+    calls, inner = _counting_check()
+    assert requires(cuda=True, min_gpu_gb=24)(inner)(None) is None
+    assert (
+        capsys.readouterr().out
+        == "NOT CHECKED HERE: needs a GPU with >= 24 GB, found Tesla T4 with 15.0 GB\n"
+    )
+    assert calls == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what this machine (no CUDA GPU) reports")
+def test_preflight_on_this_machine(capsys):
+    report = hardware.preflight(verbose=False)
+    assert isinstance(report, dict)
+    assert report["torch"] == torch.__version__
+    assert report["gpu"] is None
+    assert set(report) >= {"python", "torch", "transformers", "peft", "bitsandbytes", "gpu"}
+    assert capsys.readouterr().out == ""
+
+    hardware.preflight()
+    line = capsys.readouterr().out
+    assert line.count("\n") == 1
+    assert f"torch {torch.__version__}" in line
+    assert "CPU only (no CUDA GPU)" in line
+
+
+def test_format_preflight_with_a_gpu():
+    report = {
+        "python": "3.12.0",
+        "torch": "2.13.0",
+        "transformers": "5.0",
+        "peft": None,
+        "bitsandbytes": None,
+        "transformer_engine": None,
+        "gpu": {"name": "NVIDIA H100", "capability": (9, 0), "total_gb": 79.1, "free_gb": 78.5},
+    }
+    line = hardware.format_preflight(report)
+    assert line.endswith("NVIDIA H100 (sm_90), 78.5 of 79.1 GiB free")
+    assert "peft —" in line
