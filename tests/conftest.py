@@ -5,6 +5,51 @@ module imports ``datasets``/``transformers`` (https://huggingface.co/docs/huggin
 """
 
 import os
+import shutil
+from types import SimpleNamespace
+
+import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+# ---- the nbgrader pipeline: one grading run of the real lessons, shared by test_grading_roundtrip.py and
+# test_learner_versions.py (each lesson is executed twice in all: solved and blank) ----------------------------------
+
+
+@pytest.fixture(scope="session")
+def real_grading(tmp_path_factory):
+    """scripts/grade.py on every lesson in solutions/ with two students: `solved` submits the solution notebook,
+    `blank` the learner version (built from the same snapshot of solutions/). Kept: the CSV rows, the nbgrader course
+    directory (autograded notebooks under course/autograded/<student>/<lesson>/) and the script's output."""
+    from nbgrader_pipeline import SOLUTIONS, build_lessons, lesson_slugs, run_grade
+
+    slugs = lesson_slugs()
+    if not slugs:
+        pytest.skip("no lesson in solutions/ yet")
+    tmp = tmp_path_factory.mktemp("real-grading")
+    snapshot = tmp / "solutions"  # lessons are being edited while tests run: grade exactly what was built
+    for slug in slugs:
+        shutil.copytree(
+            SOLUTIONS / slug, snapshot / slug, ignore=shutil.ignore_patterns(".ipynb_checkpoints")
+        )
+    released = build_lessons.render(snapshot)
+    submissions = tmp / "submissions"
+    for slug in slugs:
+        (submissions / "solved" / slug).mkdir(parents=True)
+        shutil.copy(snapshot / slug / f"{slug}.ipynb", submissions / "solved" / slug / f"{slug}.ipynb")
+        (submissions / "blank" / slug).mkdir(parents=True)
+        (submissions / "blank" / slug / f"{slug}.ipynb").write_bytes(released[f"{slug}/{slug}.ipynb"])
+    proc, rows = run_grade(
+        submissions, tmp / "grades.csv", "--solutions", str(snapshot), "--keep", str(tmp / "course")
+    )
+    assert proc.returncode == 0, f"scripts/grade.py failed:\n{proc.stdout}\n{proc.stderr}"
+    return SimpleNamespace(
+        slugs=slugs,
+        solutions=snapshot,
+        rows=rows,
+        course=tmp / "course",
+        stdout=proc.stdout,
+        stderr=proc.stderr,
+    )

@@ -1,0 +1,47 @@
+"""nbgrader's view of this repository (design brief §2).
+
+    solutions/NN-slug/NN-slug.ipynb   nbgrader's "source" step: the only hand-written version of a lesson
+    lessons/NN-slug/NN-slug.ipynb     nbgrader's "release" step: generated, never hand-edited
+
+`python scripts/build_lessons.py` writes lessons/ with nbgrader's own preprocessors and this configuration; the
+output is byte-identical to `nbgrader generate_assignment NN-slug --force` run here (tests/test_lessons_in_sync.py).
+`python scripts/grade.py SUBMISSIONS_DIR --out grades.csv` grades with it in a throwaway course directory.
+Option names are those of nbgrader 0.9.6.
+"""
+
+import os
+
+c = get_config()  # noqa: F821  (injected by traitlets when it loads this file)
+
+# ---- the course directory -------------------------------------------------------------------------------------
+# root = the folder this file is in, so the config works from any cwd and in a copy of the course (scripts/grade.py)
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "lessons"
+# the gradebook of an ad-hoc `nbgrader` run here lives at <root>/gradebook.db (git-ignored); grade.py uses its own
+c.CourseDirectory.db_url = "sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db")
+
+# Never copy these from a lesson folder or a submission. A learner-made `autograders/` or `memlab/` next to the
+# notebook would shadow the installed packages (the kernel's cwd comes first on sys.path), so a home-made
+# always-passing check would be graded instead of the real one.
+c.CourseDirectory.ignore = [
+    ".ipynb_checkpoints",
+    "*.pyc",
+    "__pycache__",
+    "feedback",
+    "autograders",
+    "autograders.py",
+    "memlab",
+    "memlab.py",
+]
+
+# ---- generate_assignment: what the learner version looks like ---------------------------------------------------
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+# besides nbconvert's defaults, drop the per-cell run timings JupyterLab records when "record timing" is on
+c.ClearOutput.remove_metadata_fields = {"collapsed", "scrolled", "execution", "ExecuteTime"}
+
+# ---- autograde / validate: running a notebook -------------------------------------------------------------------
+# Per cell. A cell that runs past it (an infinite loop) is interrupted: it errors and loses its exercise, and the
+# remaining cells still run. scripts/grade.py --timeout overrides it.
+c.Execute.timeout = 120
+c.Execute.interrupt_on_timeout = True
