@@ -17,7 +17,6 @@ import functools
 import math
 import numbers
 import os
-import sys
 import traceback
 
 from memlab.hardware import unmet_requirements
@@ -224,6 +223,3 @@ def _describe(obj) -> str:
         text = text[:57] + "..."
     return f"a {type(obj).__name__} ({text})"
 
-
-def in_notebook() -> bool:
-    return "ipykernel" in sys.modules

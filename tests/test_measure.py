@@ -76,6 +76,8 @@ def test_training_step_marks_equal_hand_count(optimizer_name):
     state = {"sgd": 0, "sgd-momentum": params, "adamw": 2 * params + F32 * 6}[optimizer_name]
     marks = {m.name: m for m in trace.marks}
     assert marks["after forward"].current_bytes == params + inputs + saved
+    # the forward peak is at the second ReLU: ReLU 1's output (saved), the second Linear's output and ReLU 2's
+    assert marks["after forward"].peak_bytes == params + inputs + F32 * batch * (50 + 40 + 40)
     assert marks["after backward"].current_bytes == params + inputs + params
     assert marks["after optimizer step"].current_bytes == params + inputs + params + state
     assert marks["after zero_grad"].current_bytes == params + inputs + state
@@ -101,7 +103,7 @@ def test_checkpointing_keeps_only_the_segment_input_and_output():
     inputs = F32 * batch * d + I64 * batch
     log_probs_and_scalars = F32 * batch * c + 2 * F32
 
-    def forward_live(use_checkpoint: bool) -> int:
+    def forward(use_checkpoint: bool):
         model.zero_grad(set_to_none=True)
         with track_memory(model=model, inputs=(x, y)) as trace:
             hidden = checkpoint(block, x, use_reentrant=False) if use_checkpoint else block(x)
@@ -111,11 +113,17 @@ def test_checkpointing_keeps_only_the_segment_input_and_output():
             del loss, hidden
             trace.mark("after backward")
         assert trace.marks[1].current_bytes == params + inputs + params  # both ways end with the gradients
-        return trace.marks[0].current_bytes
+        return trace.marks[0]
 
-    # without: both ReLU outputs (h each) are saved; with: only the block's output (the head's input)
-    assert forward_live(False) == params + inputs + F32 * batch * 2 * h + log_probs_and_scalars
-    assert forward_live(True) == params + inputs + F32 * batch * h + log_probs_and_scalars
+    plain, checkpointed = forward(False), forward(True)
+    # live after forward. Without checkpointing both ReLU outputs (h each) are saved; with it, only the block's
+    # output (the head's input); the block's input x is the batch itself.
+    assert plain.current_bytes == params + inputs + F32 * batch * 2 * h + log_probs_and_scalars
+    assert checkpointed.current_bytes == params + inputs + F32 * batch * h + log_probs_and_scalars
+    # the forward peak is at the second ReLU. Without checkpointing: ReLU 1 (saved) + the second Linear's output +
+    # ReLU 2; with it, ReLU 1 is already freed (nothing saves it): only the Linear output and ReLU 2.
+    assert plain.peak_bytes == params + inputs + F32 * batch * 3 * h
+    assert checkpointed.peak_bytes == params + inputs + F32 * batch * 2 * h
 
 
 def test_timeline_and_marks_are_recorded():
