@@ -222,4 +222,3 @@ def _describe(obj) -> str:
     if len(text) > 60:
         text = text[:57] + "..."
     return f"a {type(obj).__name__} ({text})"
-
