@@ -70,11 +70,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
+    from autograders.kit import GRADING_ENV
+
     # inherited by every kernel started below
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    os.environ.pop("COURSE_GRADING", None)
+    os.environ.pop(GRADING_ENV, None)
 
     failed = []
     for path in notebooks(args.lessons):

@@ -39,7 +39,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_lessons import ROOT, lesson_dirs, load_config  # noqa: E402
 
-GRADING_ENV = {"COURSE_GRADING": "strict"}  # autograders.kit: a missing GPU/package raises NotGradedHere
+from autograders.kit import GRADING_ENV  # noqa: E402
+
+STRICT = {GRADING_ENV: "strict"}  # autograders.kit: a missing GPU/package raises NotGradedHere
 NOTE_CHARS = 200
 EXCEPTION_LINE = re.compile(
     r"^\s*[\w.]*(Error|Exception|Interrupt|Exit)\b.*"
@@ -165,7 +167,7 @@ def grade_one(
     if not (source / f"{slug}.ipynb").is_file():
         return scores, [missing_note(source, slug)]
     shutil.copytree(source, course / "submitted" / student / slug, symlinks=True)
-    with setenv(**GRADING_ENV):
+    with setenv(**STRICT):
         result = api.autograde(slug, student, force=True, create=True)
     if not result["success"]:
         # the notebook as a whole could not be graded (unreadable, the kernel died, ...)

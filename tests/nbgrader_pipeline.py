@@ -23,6 +23,7 @@ FIXTURE_SOLUTIONS = ROOT / "tests" / "fixtures" / "minicourse" / "solutions"
 
 sys.path.insert(0, str(SCRIPTS))
 import build_lessons  # noqa: E402
+import grade  # noqa: E402
 
 #: what ClearSolutions puts in place of a solution (nbgrader_config.py)
 CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
@@ -34,13 +35,8 @@ def lesson_slugs(solutions: Path = SOLUTIONS) -> list[str]:
 
 
 def graded_cells(notebook: Path) -> dict[str, float]:
-    """{grade_id: points} of the graded cells of a notebook, in order."""
-    cells = {}
-    for cell in nbformat.read(notebook, as_version=4).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("grade"):
-            cells[meta["grade_id"]] = float(meta.get("points", 0))
-    return cells
+    """{grade_id: points} of the graded cells of a lesson's (only) notebook, in order: what grade.py grades."""
+    return dict(grade.graded_cells(notebook.parent))
 
 
 def cli_env(tmp: Path) -> dict[str, str]:
