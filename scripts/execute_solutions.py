@@ -42,22 +42,29 @@ def notebooks(names: list[str]) -> list[Path]:
     return found
 
 
-def execute(path: Path, timeout: int) -> float:
-    """Run the notebook at `path` top to bottom and write it back with its outputs; the wall time in seconds."""
-    import nbformat
+def execute_notebook(nb, cwd: Path, timeout: int) -> float:
+    """Run the notebook `nb` (nbformat, changed in place) top to bottom in a fresh kernel whose cwd is `cwd`, in
+    the environment of this process; the wall time in seconds."""
     from nbclient import NotebookClient
 
-    nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb,
         timeout=timeout,
         kernel_name=nb.metadata.get("kernelspec", {}).get("name", "python3"),
-        resources={"metadata": {"path": str(path.parent)}},  # the kernel's cwd
+        resources={"metadata": {"path": str(cwd)}},  # the kernel's cwd
         record_timing=False,  # no per-cell timestamps in the committed file
     )
     start = time.perf_counter()
     client.execute()
-    seconds = time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+def execute(path: Path, timeout: int) -> float:
+    """Run the notebook at `path` top to bottom and write it back with its outputs; the wall time in seconds."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    seconds = execute_notebook(nb, path.parent, timeout)
     nbformat.write(nb, path)
     return seconds
 

@@ -1,0 +1,68 @@
+"""Every solution notebook, executed on the GPU at GPU sizes (design brief §6): the same run a learner with a GPU
+makes, in learner mode. Each graded cell must pass, and no check may say NOT CHECKED HERE for want of a GPU: on a
+GPU machine the GPU-only exercises are checked for real (a missing *package*, e.g. Transformer Engine, is reported
+in the results, not failed). The run time and the check lines of each lesson go to results/<gpu-name>.json.
+
+On the device machine (no nbclient / ipykernel there): carry the wheelhouse made by
+../shared/device/make-wheelhouse.sh and run `python -m pytest tests/gpu -m gpu`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+from execute_solutions import execute_notebook  # noqa: E402
+
+from autograders.kit import GRADING_ENV  # noqa: E402
+
+SLUGS = sorted(p.parent.name for p in (ROOT / "solutions").glob("*/*.ipynb"))
+CELL_TIMEOUT = 600
+
+
+def _text(cell) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            parts.append(output.get("text", ""))
+        elif "data" in output:
+            parts.append(output["data"].get("text/plain", ""))
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_solution_runs_on_the_gpu_and_every_gpu_check_is_checked(slug, tmp_path, monkeypatch, gpu_results):
+    folder = tmp_path / slug
+    shutil.copytree(ROOT / "solutions" / slug, folder)
+    monkeypatch.delenv(GRADING_ENV, raising=False)  # learner mode: a missing package prints, never raises
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "1"))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", os.environ.get("HF_DATASETS_OFFLINE", "1"))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+
+    nb = nbformat.read(folder / f"{slug}.ipynb", as_version=4)
+    seconds = execute_notebook(nb, folder, CELL_TIMEOUT)  # raises CellExecutionError on the first error
+
+    texts = [_text(cell) for cell in nb.cells if cell.cell_type == "code"]
+    lines = [line for text in texts for line in text.splitlines()]
+    not_checked = [line for line in lines if "NOT CHECKED HERE" in line]
+    gpu_results.setdefault("solutions_on_gpu", {})[slug] = {
+        "seconds": round(seconds, 1),
+        "checks_passed": [line for line in lines if line.startswith("✓ ")],
+        "not_checked_here": not_checked,
+    }
+    assert not any("CPU only" in text for text in texts), "the kernel did not see the GPU"
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            text = _text(cell)
+            assert text.startswith("✓ ") or "NOT CHECKED HERE" in text, f"{slug} {grade_id}: {text!r}"
+    wanting_a_gpu = [line for line in not_checked if "GPU" in line.split("found")[0] or "capability" in line]
+    assert not wanting_a_gpu, f"{slug}: GPU checks not run on this GPU: {wanting_a_gpu}"
