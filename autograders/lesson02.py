@@ -1,0 +1,386 @@
+"""Checks for lesson 02 — numeric formats.
+
+Every reference is torch's own reading of the bits (`Tensor.view` of an integer tensor as the float dtype), torch's
+`finfo`, or torch's own cast (`.to(torch.bfloat16)`); for fp16 and fp32 numpy's reading is compared with torch's as
+well. None is a copy of a solution. The messages say which bit pattern / case is wrong and what the learner
+returned, never the value the exercise asks for.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+
+import numpy as np
+import torch
+
+from autograders.kit import (
+    CheckFailed,
+    call,
+    check,
+    expect_callable,
+    expect_close,
+    expect_keys,
+    expect_type,
+)
+from memlab.formats import FORMATS, LESSON_FORMATS, FloatFormat, bit_fields, to_bits
+
+# ---- torch's (and numpy's) reading of bit patterns ---------------------------------------------------------------
+
+_NUMPY_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+_NUMPY_INT = {16: np.int16, 32: np.int32, 64: np.int64}
+_NUMPY_FLOAT = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64}
+
+
+def _as_unsigned(patterns, f: FloatFormat) -> np.ndarray:
+    return np.asarray(patterns, dtype=np.uint64).astype(_NUMPY_UINT[f.bits])
+
+
+def torch_decode(patterns, f: FloatFormat) -> np.ndarray:
+    """float64 values torch gives these bit patterns (non-negative ints) of format `f`."""
+    raw = _as_unsigned(patterns, f)
+    if f.int_dtype.is_signed:
+        raw = raw.view(_NUMPY_INT[f.bits])
+    return torch.from_numpy(raw).view(f.dtype).to(torch.float64).numpy()
+
+
+def numpy_decode(patterns, f: FloatFormat) -> np.ndarray | None:
+    """float64 values numpy gives these bit patterns (fp16, fp32, fp64 only; else None)."""
+    if f.name not in _NUMPY_FLOAT:
+        return None
+    with np.errstate(invalid="ignore"):  # fp16 NaN -> float64 warns, and is still NaN
+        return _as_unsigned(patterns, f).view(_NUMPY_FLOAT[f.name]).astype(np.float64)
+
+
+def _same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element-wise: both NaN (any NaN), or the same float64 bits (so +0.0 and -0.0 differ)."""
+    return np.where(np.isnan(a), np.isnan(b), a.view(np.uint64) == b.view(np.uint64))
+
+
+# ---- Exercise 2.1: decode ------------------------------------------------------------------------------------------
+
+DECODE_FORMATS = ("fp16", "bf16", "fp8_e5m2", "fp8_e4m3", "fp32")
+FP32_RANDOM = 50_000
+
+FP32_EDGES = [
+    0x00000000,  # +0
+    0x80000000,  # -0
+    0x00000001,  # smallest subnormal
+    0x80000001,
+    0x00400000,  # a subnormal with only the top mantissa bit
+    0x007FFFFF,  # largest subnormal
+    0x00800000,  # smallest normal
+    0x3F800000,  # 1.0
+    0xBF800000,
+    0x7F7FFFFF,  # max
+    0xFF7FFFFF,
+    0x7F800000,  # +inf
+    0xFF800000,  # -inf
+    0x7FC00000,  # quiet NaN
+    0x7F800001,  # signalling NaN, lowest payload
+    0x7FA00000,  # signalling NaN
+    0xFFC00001,  # negative quiet NaN with a payload
+    0x7FFFFFFF,
+    0xFFFFFFFF,
+]
+
+
+def _fp32_patterns() -> list[int]:
+    """The edge list, then every exponent with four mantissas and both signs, then seeded random 32-bit patterns."""
+    every_exponent = [
+        (s << 31) | (e << 23) | m for e in range(256) for s in (0, 1) for m in (0, 1, 0x400000, 0x7FFFFF)
+    ]
+    rng = np.random.default_rng(2)
+    random = rng.integers(0, 1 << 32, size=FP32_RANDOM, dtype=np.uint64).tolist()
+    return list(dict.fromkeys(FP32_EDGES + every_exponent + random))
+
+
+@functools.cache
+def _decode_reference(name: str) -> tuple[list[int], list[float]]:
+    f = FORMATS[name]
+    patterns = _fp32_patterns() if name == "fp32" else list(range(1 << f.bits))
+    by_torch = torch_decode(patterns, f)
+    by_numpy = numpy_decode(patterns, f)
+    if by_numpy is not None and not _same_values(by_torch, by_numpy).all():
+        raise RuntimeError(
+            f"torch and numpy disagree on some {name} bit patterns: the check cannot be trusted"
+        )
+    return patterns, by_torch.tolist()
+
+
+def pattern_class(bits: int, f: FloatFormat) -> str:
+    """What a bit pattern's fields make it, in words, without its value."""
+    _, exponent, mantissa = bit_fields(bits, f)
+    ones_e, ones_m = "1" * f.exponent_bits, "1" * f.mantissa_bits
+    zero_m = "0" * f.mantissa_bits
+    if exponent == "0" * f.exponent_bits:
+        return "a zero exponent with a zero mantissa" if mantissa == zero_m else "a subnormal"
+    if exponent == ones_e:
+        if f.nan_encoding == "fn":
+            if mantissa == ones_m:
+                return "an all-ones exponent with an all-ones mantissa"
+            return f"a normal number: in {f.name}'s fn variant the all-ones exponent is an ordinary binade"
+        if mantissa == zero_m:
+            return "an all-ones exponent with a zero mantissa"
+        return "an all-ones exponent with a nonzero mantissa"
+    return "a normal number"
+
+
+def _ratio_text(got: float, expected: float) -> str:
+    ratio = got / expected
+    text = f"{ratio:.3g}"
+    if float(text) == 1 and ratio != 1:  # close but wrong: show enough digits to see it
+        text = f"{ratio:.10g}"
+    return f"{text}x the expected value"
+
+
+def _decode_failure(f: FloatFormat, bits: int, got: float, expected: float, n_wrong: int, n: int) -> str:
+    sign, exponent, mantissa = bit_fields(bits, f)
+    what = pattern_class(bits, f)
+    head = (
+        f"case {f.name}: {n_wrong:,} of {n:,} bit patterns decode wrongly. The first is "
+        f"0x{bits:0{f.bits // 4}X} = sign {sign} | exponent {exponent} | mantissa {mantissa} ({what}); "
+        f"your decode returned {got!r}"
+    )
+    if math.isfinite(expected) and expected != 0:
+        if not math.isfinite(got):
+            return head + ", but this pattern is a finite number."
+        direction = "too high" if got > expected else "too low"
+        return f"{head}, which is {direction}: {_ratio_text(got, expected)}."
+    return f"{head}. Look again at what this pattern means in {f.name}, sign included."
+
+
+def _expect_float(got, case: str) -> None:
+    if not isinstance(got, float):
+        name = type(got).__name__
+        text = repr(got) if len(repr(got)) <= 60 else repr(got)[:57] + "..."
+        article = "an" if name[0] in "aeiou" else "a"
+        raise CheckFailed(
+            f"case {case}: the decoded value should be a Python float; got {article} {name} ({text})."
+        )
+
+
+@check("e1_decode")
+def check_decode(decode) -> int:
+    expect_callable(decode, "decode")
+    got = call(decode, 0x3C00, "fp16", case="fp16, bits 0x3C00")
+    _expect_float(got, "fp16, bits 0x3C00")
+    for name in DECODE_FORMATS:
+        f = FORMATS[name]
+        patterns, expected = _decode_reference(name)
+        n_wrong, first = 0, None
+        for bits, exp in zip(patterns, expected):
+            case = f"{name}, bits 0x{bits:0{f.bits // 4}X}"
+            got = call(decode, bits, name, case=case)
+            if type(got) is not float:
+                _expect_float(got, case)
+            if got == exp:
+                if exp == 0.0 and math.copysign(1.0, got) != math.copysign(1.0, exp):
+                    n_wrong += 1
+                    first = first or (bits, got, exp)
+            elif not (exp != exp and got != got):  # NaN matches any NaN
+                n_wrong += 1
+                first = first or (bits, got, exp)
+        if n_wrong:
+            raise CheckFailed(_decode_failure(f, *first, n_wrong, len(patterns)))
+    return len(DECODE_FORMATS)
+
+
+# ---- Exercise 2.2: format_limits ----------------------------------------------------------------------------------
+
+LIMIT_KEYS = ("max", "min_normal", "min_subnormal", "eps")
+LIMIT_CASES = [
+    ("fp32", (8, 23)),
+    ("fp16", (5, 10)),
+    ("bf16", (8, 7)),
+    ("fp8_e4m3", (4, 3, "fn")),
+    ("fp8_e5m2", (5, 2)),
+    ("fp64", (11, 52)),
+]
+
+
+def reference_limits(name: str) -> dict[str, float]:
+    f = FORMATS[name]
+    info = torch.finfo(f.dtype)
+    return {
+        "max": info.max,
+        "min_normal": info.smallest_normal,
+        "min_subnormal": float(torch_decode([1], f)[0]),  # torch.finfo has no smallest subnormal
+        "eps": info.eps,
+    }
+
+
+@check("e2_format_limits")
+def check_format_limits(format_limits) -> int:
+    expect_callable(format_limits, "format_limits")
+    for name, args in LIMIT_CASES:
+        case = f"format_limits{args} ({name})"
+        got = call(format_limits, *args, case=case)
+        expect_keys(got, LIMIT_KEYS, case=case, what="the returned dict")
+        expected = reference_limits(name)
+        for key in LIMIT_KEYS:
+            expect_close(got[key], expected[key], case=case, what=f'"{key}"', reveal=False)
+    return len(LIMIT_CASES)
+
+
+# ---- Exercise 2.3: round_to_bf16 ----------------------------------------------------------------------------------
+
+
+def _fp32(*patterns: int) -> torch.Tensor:
+    signed = [p - (1 << 32) if p >= 1 << 31 else p for p in patterns]
+    return torch.tensor(signed, dtype=torch.int32).view(torch.float32)
+
+
+def _round_cases() -> list[tuple[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(2)
+    random_bits = torch.randint(-(2**31), 2**31, (1000, 1000), dtype=torch.int32, generator=g)
+    return [
+        ("ordinary values", torch.tensor([1.0, -2.5, 0.1, 3.14159265, 65504.0, -1e-3, 1e30, -7e-30])),
+        ("exact ties that round down to even", _fp32(0x3F808000, 0xBF808000, 0x40408000, 0x3F828000)),
+        ("exact ties that round up to even", _fp32(0x3F818000, 0xC0218000, 0x3F838000)),
+        ("just below and just above a tie", _fp32(0x3F807FFF, 0x3F808001, 0x3F817FFF, 0xBF818001)),
+        ("a carry into the next exponent", _fp32(0x3FFF8000, 0x3FFFC000, 0xBFFFFFFF, 0x407FFFFF)),
+        ("the largest fp32 values", _fp32(0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F7FFF, 0x7F7F8000)),
+        ("fp32 subnormals", _fp32(0x00000001, 0x00008000, 0x00018000, 0x007FFFFF, 0x80000001, 0x80400000)),
+        ("signed zeros", _fp32(0x00000000, 0x80000000)),
+        ("infinities", _fp32(0x7F800000, 0xFF800000)),
+        (
+            "NaNs with a payload only in the low 16 bits",
+            _fp32(0x7F800001, 0xFF800001, 0x7F807FFF, 0x7F808000),
+        ),
+        ("NaNs with every bit set", _fp32(0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00000, 0xFFC00001)),
+        ("1,000 x 1,000 random 32-bit patterns", random_bits.view(torch.float32)),
+        ("a randn tensor", torch.randn(64, 4096, generator=g)),
+    ]
+
+
+def _fp32_hex(bits: int) -> str:
+    return f"0x{bits & 0xFFFFFFFF:08X}"
+
+
+def fp32_rounding_class(bits: int) -> str:
+    """An fp32 input, from bf16 rounding's point of view, in words (no rounded value)."""
+    bits &= 0xFFFFFFFF
+    exponent, mantissa = (bits >> 23) & 0xFF, bits & 0x7FFFFF
+    if exponent == 0xFF:
+        if not mantissa:
+            return "an infinity"
+        low_only = " with a payload only in the low 16 bits" if mantissa >> 16 == 0 else ""
+        return f"a NaN{low_only}"
+    if exponent == 0 and mantissa == 0:
+        return "a zero" + (" with the sign bit set" if bits >> 31 else "")
+    kind = "an fp32 subnormal" if exponent == 0 else "a normal number"
+    low = bits & 0xFFFF
+    if low == 0:
+        return f"{kind} already exact in bf16 (low 16 bits zero)"
+    kept_last = "odd" if bits >> 16 & 1 else "even"
+    where = "an exact tie" if low == 0x8000 else ("above halfway" if low > 0x8000 else "below halfway")
+    text = f"{kind}, low 16 bits 0x{low:04X}: {where}, last kept bit {kept_last}"
+    if (bits >> 16) & 0x7F == 0x7F and low >= 0x8000:
+        text += "; the 7 kept mantissa bits are all ones"
+    return text
+
+
+@check("e3_round_to_bf16")
+def check_round_to_bf16(round_to_bf16) -> int:
+    expect_callable(round_to_bf16, "round_to_bf16")
+    cases = _round_cases()
+    for name, x in cases:
+        x_bits = x.view(torch.int32).clone()
+        got = call(round_to_bf16, x, case=name)
+        expect_type(got, torch.Tensor, case=name, what="the result")
+        if got.dtype != torch.float32:
+            raise CheckFailed(
+                f"case {name}: the result should be a float32 tensor (bf16 values held in fp32); got {got.dtype}."
+            )
+        if got.shape != x.shape:
+            raise CheckFailed(
+                f"case {name}: the result should have shape {tuple(x.shape)}; got {tuple(got.shape)}."
+            )
+        changed = int((x.view(torch.int32) != x_bits).sum())
+        if changed:
+            raise CheckFailed(
+                f"case {name}: your function changed its input ({changed:,} of {x.numel():,} elements): "
+                "leave x as it is and return a new tensor."
+            )
+        expected = x.to(torch.bfloat16).float()
+        got_bits = got.detach().cpu().view(torch.int32)
+        ok = torch.where(
+            torch.isnan(expected),
+            torch.isnan(got) & (got_bits & 0xFFFF == 0),
+            got_bits == expected.view(torch.int32),
+        )
+        n_wrong = int((~ok).sum())
+        if n_wrong:
+            i = int((~ok).flatten().nonzero()[0])
+            in_bits, out_bits = int(x_bits.flatten()[i]), int(got_bits.flatten()[i])
+            out_value = got.flatten()[i].item()
+            note = ""
+            if out_value != out_value and out_bits & 0xFFFF:
+                note = " That is a NaN, but not a bf16 one: its low 16 bits must be zero too."
+            elif out_bits & 0xFFFF:
+                note = " Its low 16 bits are not zero, so it is not a bf16 value."
+            raise CheckFailed(
+                f"case {name}: {n_wrong:,} of {x.numel():,} elements are wrong. The first: input "
+                f"{_fp32_hex(in_bits)} ({fp32_rounding_class(in_bits)}) -> you returned {_fp32_hex(out_bits)} "
+                f"({out_value!r}).{note}"
+            )
+    return len(cases)
+
+
+# ---- Exercise 2.4: ulp --------------------------------------------------------------------------------------------
+
+
+def _ulp_cases(name: str) -> list[tuple[str, float]]:
+    f = FORMATS[name]
+
+    def value(bits: int) -> float:
+        return float(torch_decode([bits], f)[0])
+
+    return [
+        ("one", 1.0),
+        ("a power of two", 4.0),
+        ("a power of two below 1", 0.25),
+        ("just below a power of two", value(to_bits(4.0, f) - 1)),
+        ("a negative number", -3.0),
+        ("a negative number", value(to_bits(-0.1, f))),
+        ("the largest subnormal", value((1 << f.mantissa_bits) - 1)),
+        ("the smallest subnormal", value(1)),
+        ("the smallest normal number", value(1 << f.mantissa_bits)),
+        ("the largest finite number", torch.finfo(f.dtype).max),
+        ("zero", 0.0),
+    ]
+
+
+def reference_ulp(x: float, name: str) -> float:
+    """The gap from x to its neighbour one bit pattern further from zero (toward zero at the largest finite)."""
+    f = FORMATS[name]
+    bits = to_bits(x, f)
+    up = float(torch_decode([bits + 1], f)[0])
+    if math.isfinite(up):
+        return abs(up - x)
+    return abs(x - float(torch_decode([bits - 1], f)[0]))
+
+
+@check("e4_ulp")
+def check_ulp(ulp) -> int:
+    expect_callable(ulp, "ulp")
+    n = 0
+    for name in LESSON_FORMATS:
+        for description, x in _ulp_cases(name):
+            case = f"ulp({x!r}, {name!r}), {description}"
+            got = call(ulp, x, name, case=case)
+            expect_type(got, numbers.Real, case=case, what="the ulp")
+            expect_close(got, reference_ulp(x, name), case=case, what="the ulp", reveal=False)
+            n += 1
+    return n
+
+
+__all__ = [
+    "CheckFailed",
+    "check_decode",
+    "check_format_limits",
+    "check_round_to_bf16",
+    "check_ulp",
+]

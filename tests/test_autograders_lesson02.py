@@ -1,0 +1,512 @@
+"""Lesson 02's checks pass the reference solution and fail realistic wrong answers with a helpful message.
+
+The reference functions are copied from the solution cells of solutions/02-numeric-formats/02-numeric-formats.ipynb
+(the notebook itself is executed by the notebook tests). Each wrong answer is a mistake a learner is likely to
+make; the test asserts the check names the case that exposes it and does not give the expected value away.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import autograders.kit as kit
+from autograders import lesson02
+from autograders.kit import CheckFailed
+from autograders.lesson02 import check_decode, check_format_limits, check_round_to_bf16, check_ulp
+from memlab.formats import FORMATS, LESSON_FORMATS
+
+# ---- the reference solutions (copied from the solution cells) -------------------------------------------------
+
+
+def decode(bits: int, fmt: str) -> float:
+    f = FORMATS[fmt]
+    e_bits, m_bits = f.exponent_bits, f.mantissa_bits
+    sign = -1.0 if bits >> (e_bits + m_bits) & 1 else 1.0
+    exponent = bits >> m_bits & (2**e_bits - 1)
+    mantissa = bits & (2**m_bits - 1)
+    if exponent == 2**e_bits - 1:  # the all-ones exponent
+        if f.nan_encoding == "ieee":
+            return sign * math.inf if mantissa == 0 else math.nan
+        if mantissa == 2**m_bits - 1:  # fn: only S.1111.111 is NaN, the rest is an ordinary binade
+            return math.nan
+    if exponent == 0:  # zero or subnormal: no implicit 1, and the exponent of the smallest normal
+        return sign * math.ldexp(mantissa, 1 - f.bias - m_bits)
+    return sign * math.ldexp(2**m_bits + mantissa, exponent - f.bias - m_bits)
+
+
+def format_limits(exponent_bits: int, mantissa_bits: int, nan_encoding: str = "ieee") -> dict:
+    bias = 2 ** (exponent_bits - 1) - 1
+    emin = 1 - bias
+    if nan_encoding == "ieee":  # the all-ones exponent is reserved for inf and NaN
+        emax, top = 2**exponent_bits - 2 - bias, 2 - 2.0**-mantissa_bits
+    else:  # fn: the all-ones exponent is a binade whose all-ones mantissa is NaN
+        emax, top = 2**exponent_bits - 1 - bias, 2 - 2.0 ** (1 - mantissa_bits)
+    return {
+        "max": top * 2.0**emax,
+        "min_normal": 2.0**emin,
+        "min_subnormal": 2.0 ** (emin - mantissa_bits),
+        "eps": 2.0**-mantissa_bits,
+    }
+
+
+def round_to_bf16(x: torch.Tensor) -> torch.Tensor:
+    bits = x.view(torch.int32)
+    lsb = (bits >> 16) & 1  # the last bit that bf16 keeps: a tie goes where it is 0
+    rounded = (bits + 0x7FFF + lsb) & -0x10000  # + just under half a bf16 ulp (+1 when odd), then truncate
+    nan = (bits | 0x00400000) & -0x10000  # set the quiet bit: a NaN stays NaN, sign kept
+    return torch.where(torch.isnan(x), nan, rounded).view(torch.float32)
+
+
+def ulp(x: float, fmt: str) -> float:
+    f = FORMATS[fmt]
+    emin = 1 - f.bias  # exponent of the smallest normal number
+    if x == 0:
+        return 2.0 ** (emin - f.mantissa_bits)
+    exponent = math.frexp(x)[1] - 1  # floor(log2|x|), exactly (math.log2 rounds)
+    return 2.0 ** (max(exponent, emin) - f.mantissa_bits)
+
+
+#: (exponent bits, mantissa bits, NaN encoding) of each format, for the wrong answers below
+LAYOUTS = {
+    name: (FORMATS[name].exponent_bits, FORMATS[name].mantissa_bits, FORMATS[name].nan_encoding)
+    for name in LESSON_FORMATS
+}
+
+
+ALL_CHECKS = [check_decode, check_format_limits, check_round_to_bf16, check_ulp]
+IDS = ["e1", "e2", "e3", "e4"]
+
+
+def assert_hidden(message: str, *values) -> None:
+    """A check must not print the value the exercise asks for, in any spelling."""
+    for value in values:
+        spellings = {f"{value}", f"{float(value):.6g}", f"{float(value)!r}"}
+        if float(value).is_integer():
+            spellings |= {f"{int(value)}", f"{int(value):,}"}
+        for spelling in spellings:
+            assert spelling not in message, (spelling, message)
+
+
+def hex32(value: float) -> str:
+    return f"0x{torch.tensor([value]).view(torch.int32).item() & 0xFFFFFFFF:08X}"
+
+
+@pytest.fixture(autouse=True)
+def learner_mode(monkeypatch):
+    monkeypatch.delenv(kit.GRADING_ENV, raising=False)
+
+
+# ---- the reference solution passes every check, fast ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "solution", "line"),
+    [
+        (check_decode, decode, "✓ e1_decode: 5 cases passed"),
+        (check_format_limits, format_limits, "✓ e2_format_limits: 6 cases passed"),
+        (check_round_to_bf16, round_to_bf16, "✓ e3_round_to_bf16: 13 cases passed"),
+        (check_ulp, ulp, "✓ e4_ulp: 55 cases passed"),
+    ],
+    ids=IDS,
+)
+def test_reference_solution_passes(check_fn, solution, line, capsys):
+    assert check_fn(solution) is None
+    assert capsys.readouterr().out.splitlines() == [line]
+
+
+# ---- every check: the stub, an undefined name ----------------------------------------------------------------------
+
+
+def stub(*args, **kwargs):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("check_fn", ALL_CHECKS, ids=IDS)
+def test_the_learner_stub_fails_every_check_as_not_written_yet(check_fn):
+    with pytest.raises(
+        CheckFailed,
+        match=f"^{check_fn.check_name}: case .*: your function raised "
+        "NotImplementedError: it is not written yet\\.$",
+    ):
+        check_fn(stub)
+
+
+@pytest.mark.parametrize("check_fn", ALL_CHECKS, ids=IDS)
+def test_an_undefined_answer_fails_every_check(check_fn):
+    with pytest.raises(CheckFailed, match=f"^{check_fn.check_name}: `.*` is not defined yet"):
+        check_fn(None)
+
+
+# ---- the references: torch and numpy agree, and the checks would notice if they did not --------------------------
+
+
+def test_torch_and_numpy_read_fp16_and_fp32_alike():
+    for name in ("fp16", "fp32"):
+        patterns, values = lesson02._decode_reference(name)
+        assert len(patterns) == (65_536 if name == "fp16" else len(set(patterns)))
+        assert len(values) == len(patterns)
+    assert len(lesson02._decode_reference("fp32")[0]) >= 50_000
+
+
+def test_a_disagreement_between_torch_and_numpy_is_a_check_bug_not_a_learner_error(monkeypatch):
+    lesson02._decode_reference.cache_clear()
+    monkeypatch.setattr(lesson02, "numpy_decode", lambda patterns, f: -lesson02.torch_decode(patterns, f))
+    try:
+        with pytest.raises(RuntimeError, match="the check itself crashed.*torch and numpy disagree"):
+            check_decode(decode)
+    finally:
+        lesson02._decode_reference.cache_clear()
+
+
+def test_round_to_bf16_reference_is_torch_even_for_nan():
+    """torch's CPU cast turns every fp32 NaN into the bf16 pattern 0xFFFF (a negative NaN): the check accepts any
+    NaN whose low 16 bits are zero, so the sign-keeping reference passes."""
+    nan = torch.tensor([0x7FC00000], dtype=torch.int32).view(torch.float32)
+    assert math.isnan(nan.to(torch.bfloat16).float().item())
+    assert round_to_bf16(nan).view(torch.int32).item() == 0x7FC00000
+
+
+# ---- e1: decode ------------------------------------------------------------------------------------------------------
+
+
+def _decode_variant(*, subnormals=True, bias_shift=0, e4m3_ieee=False, zero=None, result=float):
+    def wrong(bits, fmt):
+        e_bits, m_bits, nan_encoding = LAYOUTS[fmt]
+        if e4m3_ieee:
+            nan_encoding = "ieee"
+        sign = -1.0 if bits >> (e_bits + m_bits) & 1 else 1.0
+        exponent = bits >> m_bits & ((1 << e_bits) - 1)
+        mantissa = bits & ((1 << m_bits) - 1)
+        bias = 2 ** (e_bits - 1) - 1 + bias_shift
+        if exponent == 2**e_bits - 1:
+            if nan_encoding == "ieee":
+                return sign * math.inf if mantissa == 0 else math.nan
+            if mantissa == 2**m_bits - 1:
+                return math.nan
+        if exponent == 0 and mantissa == 0 and zero is not None:
+            return zero
+        if exponent == 0 and subnormals:
+            return result(sign * math.ldexp(mantissa, 1 - bias - m_bits))
+        return result(sign * math.ldexp(2**m_bits + mantissa, exponent - bias - m_bits))
+
+    return wrong
+
+
+def test_e1_variant_helper_agrees_with_the_reference():
+    for fmt in LAYOUTS:
+        for bits in (0, 1, 3, 0x7F, 0x80, 0xFF):
+            a, b = _decode_variant()(bits, fmt), decode(bits, fmt)
+            assert a == b or (math.isnan(a) and math.isnan(b))
+
+
+def test_e1_forgetting_subnormals_fails_on_the_first_subnormal():
+    """The implicit 1 applied to exponent field 0 (zeros handled apart, as most learners do)."""
+    with pytest.raises(CheckFailed) as info:
+        check_decode(_decode_variant(subnormals=False, zero=0.0))
+    message = str(info.value)
+    assert message.startswith(
+        "e1_decode: case fp16: 2,047 of 65,536 bit patterns decode wrongly. The first is 0x0001 = sign 0 | "
+        "exponent 00000 | mantissa 0000000001 (a subnormal); your decode returned "
+    )  # 2 x 1,023 subnormals, and -0.0 (returned as 0.0)
+    assert "which is too high: 512x the expected value." in message  # (1 + 2^-10) 2^-15 / 2^-24
+    assert_hidden(message, 2.0**-24)
+
+
+def test_e1_a_bias_off_by_one_fails():
+    with pytest.raises(CheckFailed) as info:
+        check_decode(_decode_variant(bias_shift=1))
+    message = str(info.value)
+    assert message.startswith("e1_decode: case fp16: ")
+    assert "The first is 0x0001" in message and "too low: 0.5x the expected value" in message
+    assert_hidden(message, 2.0**-24)
+
+
+def test_e1_treating_e4m3_as_ieee_fails_on_its_top_binade():
+    with pytest.raises(CheckFailed) as info:
+        check_decode(_decode_variant(e4m3_ieee=True))
+    message = str(info.value)
+    assert message == (
+        "e1_decode: case fp8_e4m3: 14 of 256 bit patterns decode wrongly. The first is 0x78 = sign 0 | "
+        "exponent 1111 | mantissa 000 (a normal number: in fp8_e4m3's fn variant the all-ones exponent is an "
+        "ordinary binade); your decode returned inf, but this pattern is a finite number."
+    )
+
+
+def test_e1_returning_an_int_fails_on_the_type():
+    with pytest.raises(
+        CheckFailed,
+        match=r"^e1_decode: case fp16, bits 0x0000: the decoded value should be a Python float; got an int \(0\)\.$",
+    ):
+        check_decode(_decode_variant(zero=0))
+
+
+def test_e1_returning_a_tensor_fails_on_the_type():
+    with pytest.raises(
+        CheckFailed,
+        match=r"^e1_decode: case fp16, bits 0x3C00: the decoded value should be a Python float; got a Tensor",
+    ):
+        check_decode(lambda bits, fmt: torch.tensor(decode(bits, fmt)))
+
+
+def test_e1_returning_numpy_float32_fails_on_the_type():
+    with pytest.raises(CheckFailed, match=r"should be a Python float; got a float32"):
+        check_decode(lambda bits, fmt: np.float32(decode(bits, fmt)))
+
+
+def test_e1_decoding_minus_zero_as_zero_fails():
+    with pytest.raises(CheckFailed) as info:
+        check_decode(_decode_variant(zero=0.0))
+    message = str(info.value)
+    assert message == (
+        "e1_decode: case fp16: 1 of 65,536 bit patterns decode wrongly. The first is 0x8000 = sign 1 | exponent "
+        "00000 | mantissa 0000000000 (a zero exponent with a zero mantissa); your decode returned 0.0. Look again "
+        "at what this pattern means in fp16, sign included."
+    )
+    assert "-0.0" not in message
+
+
+def test_e1_nan_for_infinity_fails_without_saying_infinity():
+    def no_inf(bits, fmt):
+        value = decode(bits, fmt)
+        return math.nan if math.isinf(value) else value
+
+    with pytest.raises(CheckFailed) as info:
+        check_decode(no_inf)
+    message = str(info.value)
+    assert message.startswith(
+        "e1_decode: case fp16: 2 of 65,536 bit patterns decode wrongly. The first is 0x7C00"
+    )
+    assert "(an all-ones exponent with a zero mantissa); your decode returned nan." in message
+    assert "inf" not in message
+
+
+def test_e1_a_mistake_only_in_fp32_is_found_by_the_sample():
+    def no_fp32_subnormals(bits, fmt):
+        return 0.0 if fmt == "fp32" and bits >> 23 & 0xFF == 0 else decode(bits, fmt)
+
+    with pytest.raises(CheckFailed) as info:
+        check_decode(no_fp32_subnormals)
+    message = str(info.value)
+    assert message.startswith("e1_decode: case fp32: ")
+    assert "The first is 0x80000000" in message  # -0.0 returned as 0.0, before the subnormals
+
+
+def test_e1_an_error_in_the_learner_code_names_the_pattern():
+    def crashes(bits, fmt):
+        if fmt == "fp8_e5m2" and bits == 0x7D:
+            raise ValueError("no NaN here")
+        return decode(bits, fmt)
+
+    with pytest.raises(
+        CheckFailed,
+        match=r"^e1_decode: case fp8_e5m2, bits 0x7D: your function raised ValueError: no NaN here",
+    ):
+        check_decode(crashes)
+
+
+# ---- e2: format_limits ---------------------------------------------------------------------------------------------
+
+
+def test_e2_ignoring_fn_fails_on_e4m3():
+    with pytest.raises(CheckFailed) as info:
+        check_format_limits(lambda e, m, nan_encoding="ieee": format_limits(e, m))
+    message = str(info.value)
+    assert message == (
+        "e2_format_limits: case format_limits(4, 3, 'fn') (fp8_e4m3): \"max\" is too low: you got 240, which is "
+        "0.536x the expected value (exactly)."
+    )
+    assert_hidden(message, 448)
+
+
+def test_e2_unit_roundoff_instead_of_eps_fails():
+    def half_eps(e, m, nan_encoding="ieee"):
+        return format_limits(e, m, nan_encoding) | {"eps": 2.0 ** -(m + 1)}
+
+    with pytest.raises(CheckFailed) as info:
+        check_format_limits(half_eps)
+    message = str(info.value)
+    assert message.startswith('e2_format_limits: case format_limits(8, 23) (fp32): "eps" is too low: ')
+    assert "0.5x the expected value" in message
+    assert_hidden(message, 2.0**-23)
+
+
+def test_e2_max_with_the_all_ones_mantissa_of_ieee_fails():
+    """IEEE max uses the all-ones exponent minus one: a learner who takes the top exponent gets inf's binade."""
+
+    def top_exponent(e, m, nan_encoding="ieee"):
+        bias = 2 ** (e - 1) - 1
+        return format_limits(e, m, nan_encoding) | {"max": (2 - 2.0**-m) * 2.0 ** (2**e - 1 - bias)}
+
+    with pytest.raises(
+        CheckFailed, match=r'case format_limits\(8, 23\) \(fp32\): "max" is too high: .*2x the'
+    ):
+        check_format_limits(top_exponent)
+
+
+def test_e2_missing_keys_are_listed():
+    with pytest.raises(CheckFailed) as info:
+        check_format_limits(lambda e, m, nan_encoding="ieee": {"max": 1.0, "eps": 1.0})
+    assert str(info.value) == (
+        "e2_format_limits: case format_limits(8, 23) (fp32): the returned dict is missing the key(s) "
+        "['min_normal', 'min_subnormal']; it has ['eps', 'max']."
+    )
+
+
+def test_e2_an_overflowing_fp64_max_fails_with_the_error():
+    def int_power(e, m, nan_encoding="ieee"):
+        limits = format_limits(e, m, nan_encoding)
+        return limits | {"max": float(2**1024) if e == 11 else limits["max"]}
+
+    with pytest.raises(
+        CheckFailed, match=r"case format_limits\(11, 52\) \(fp64\): your function raised OverflowError"
+    ):
+        check_format_limits(int_power)
+
+
+# ---- e3: round_to_bf16 ---------------------------------------------------------------------------------------------
+
+
+def test_e3_truncating_fails_on_ordinary_values():
+    with pytest.raises(CheckFailed) as info:
+        check_round_to_bf16(lambda x: (x.view(torch.int32) & -0x10000).view(torch.float32))
+    message = str(info.value)
+    assert message.startswith("e3_round_to_bf16: case ordinary values: ")
+    assert "The first: input 0x3DCCCCCD (a normal number, low 16 bits 0xCCCD: above halfway" in message
+    assert "-> you returned 0x3DCC0000 (0.099609375)." in message
+    assert "0x3DCD0000" not in message
+
+
+def test_e3_rounding_ties_away_from_zero_fails_on_a_tie():
+    with pytest.raises(CheckFailed) as info:
+        check_round_to_bf16(lambda x: ((x.view(torch.int32) + 0x8000) & -0x10000).view(torch.float32))
+    message = str(info.value)
+    assert message.startswith(
+        "e3_round_to_bf16: case exact ties that round down to even: 4 of 4 elements are wrong."
+    )
+    assert (
+        "input 0x3F808000 (a normal number, low 16 bits 0x8000: an exact tie, last kept bit even)" in message
+    )
+    assert "0x3F800000" not in message
+
+
+def test_e3_nan_turned_into_inf_fails():
+    def no_nan_care(x):
+        bits = x.view(torch.int32)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) & -0x10000).view(torch.float32)
+
+    with pytest.raises(CheckFailed) as info:
+        check_round_to_bf16(no_nan_care)
+    message = str(info.value)
+    assert message == (
+        "e3_round_to_bf16: case NaNs with a payload only in the low 16 bits: 4 of 4 elements are wrong. The first: "
+        "input 0x7F800001 (a NaN with a payload only in the low 16 bits) -> you returned 0x7F800000 (inf)."
+    )
+
+
+def test_e3_nan_wrapped_by_the_rounding_bias_fails():
+    """Setting the quiet bit first saves the low-payload NaNs; the bias still overflows int32 at 0x7FFFFFFF."""
+
+    def wraps(x):
+        bits = x.view(torch.int32)
+        bits = torch.where(torch.isnan(x), bits | 0x00400000, bits)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) & -0x10000).view(torch.float32)
+
+    with pytest.raises(CheckFailed) as info:
+        check_round_to_bf16(wraps)
+    message = str(info.value)
+    assert message.startswith("e3_round_to_bf16: case NaNs with every bit set: 2 of 4 elements are wrong.")
+    assert "input 0x7FFFFFFF (a NaN) -> you returned 0x80000000 (-0.0)." in message
+
+
+def test_e3_nan_kept_with_its_low_bits_fails():
+    with pytest.raises(CheckFailed) as info:
+        check_round_to_bf16(lambda x: torch.where(torch.isnan(x), x, round_to_bf16(x)))
+    message = str(info.value)
+    assert message.startswith("e3_round_to_bf16: case NaNs with a payload only in the low 16 bits: 4 of 4 ")
+    assert message.endswith("(nan). That is a NaN, but not a bf16 one: its low 16 bits must be zero too.")
+
+
+def test_e3_returning_bfloat16_fails_on_the_dtype():
+    with pytest.raises(
+        CheckFailed,
+        match=r"^e3_round_to_bf16: case ordinary values: the result should be a float32 tensor .*got torch\.bfloat16",
+    ):
+        check_round_to_bf16(lambda x: round_to_bf16(x).to(torch.bfloat16))
+
+
+def test_e3_modifying_the_input_fails():
+    def in_place(x):
+        bits = x.view(torch.int32)
+        lsb = (bits >> 16) & 1
+        bits.add_(0x7FFF).add_(lsb).bitwise_and_(-0x10000)
+        return x
+
+    with pytest.raises(CheckFailed) as info:
+        check_round_to_bf16(in_place)
+    assert str(info.value) == (
+        "e3_round_to_bf16: case ordinary values: your function changed its input (6 of 8 elements): leave x as it "
+        "is and return a new tensor."
+    )
+
+
+def test_e3_flattening_fails_on_the_shape():
+    with pytest.raises(
+        CheckFailed, match=r"case 1,000 x 1,000 random 32-bit patterns: the result should have shape"
+    ):
+        check_round_to_bf16(lambda x: round_to_bf16(x).flatten())
+
+
+def test_e3_returning_a_list_fails_on_the_type():
+    with pytest.raises(CheckFailed, match=r"case ordinary values: the result should be a Tensor; got a list"):
+        check_round_to_bf16(lambda x: round_to_bf16(x).tolist())
+
+
+def test_e3_the_message_marks_a_carry():
+    assert lesson02.fp32_rounding_class(0x3FFF8000).endswith("; the 7 kept mantissa bits are all ones")
+    assert lesson02.fp32_rounding_class(0x80000000) == "a zero with the sign bit set"
+
+
+# ---- e4: ulp ---------------------------------------------------------------------------------------------------------
+
+
+def test_e4_the_ulp_below_at_powers_of_two_fails():
+    def ulp_below(x, fmt):
+        e_bits, m_bits, _ = LAYOUTS[fmt]
+        emin = 2 - 2 ** (e_bits - 1)
+        if x == 0:
+            return 2.0 ** (emin - m_bits)
+        return 2.0 ** (max(math.ceil(math.log2(abs(x))) - 1, emin) - m_bits)
+
+    with pytest.raises(CheckFailed) as info:
+        check_ulp(ulp_below)
+    message = str(info.value)
+    assert message == (
+        "e4_ulp: case ulp(1.0, 'fp32'), one: the ulp is too low: you got 5.96046e-08, which is 0.5x the expected "
+        "value (exactly)."
+    )
+    assert_hidden(message, 2.0**-23)
+
+
+def test_e4_ignoring_subnormals_fails():
+    def no_subnormals(x, fmt):
+        _, m_bits, _ = LAYOUTS[fmt]
+        if x == 0:
+            return ulp(x, fmt)
+        return 2.0 ** (math.frexp(x)[1] - 1 - m_bits)
+
+    with pytest.raises(CheckFailed) as info:
+        check_ulp(no_subnormals)
+    message = str(info.value)
+    assert message.startswith("e4_ulp: case ulp(1.1754942106924411e-38, 'fp32'), the largest subnormal: ")
+    assert "the ulp is too low" in message
+    assert_hidden(message, 2.0**-149)
+
+
+def test_e4_ulp_of_the_largest_finite_value_is_the_gap_below():
+    """The spacing above the largest value would be to inf (or E4M3's NaN): the check uses the gap below."""
+    assert lesson02.reference_ulp(65504.0, "fp16") == 32.0 == ulp(65504.0, "fp16")
+    assert lesson02.reference_ulp(448.0, "fp8_e4m3") == 32.0 == ulp(448.0, "fp8_e4m3")
+    assert lesson02.reference_ulp(-0.0, "bf16") == 2.0**-133
