@@ -1,0 +1,700 @@
+"""Checks for lesson 03 — AMP and GradScaler.
+
+Every reference is independent of the learner's answer: torch's own casts (`Tensor.to(dtype)`) for
+`underflow_fraction`, `torch.amp.GradScaler` driven through the same steps on an identical model for the loss scaler
+and for the mixed-precision training step, and a real measurement (memlab's `track_memory`, a synchronised clock)
+for the GPU exercise. The checks run on the CPU at tiny sizes, except `check_measure_amp_step`, which needs a CUDA
+GPU with bf16 tensor cores; its logic is `run_measure_amp_step_check(fn, device)`, which the tests also run on the
+CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from autograders.kit import (
+    CheckFailed,
+    call,
+    check,
+    expect_callable,
+    expect_close,
+    expect_keys,
+    expect_type,
+    requires,
+)
+from memlab.measure import track_memory
+from memlab.models import mlp
+
+MiB = 1024**2
+INF, NAN = math.inf, math.nan
+
+
+def _fmt(x: float) -> str:
+    """A scale or a count, readably: 65,536 / 2^127 / 0.25."""
+    if x != 0 and math.isfinite(x) and abs(x) >= 2**40 and math.log2(abs(x)).is_integer():
+        return f"2^{int(math.log2(x))}"
+    if float(x).is_integer() and abs(x) < 1e15:
+        return f"{int(x):,}"
+    return f"{x:.6g}"
+
+
+# ---- e1: underflow_fraction -------------------------------------------------------------------------------------
+
+
+def _underflow_reference(grads, scale: float, dtype: torch.dtype) -> float:
+    """Of the nonzero elements, the fraction whose `(g * scale).to(dtype)` is exactly zero: torch's own cast."""
+    lost = total = 0
+    for g in grads:
+        if g is None:
+            continue
+        nonzero = g != 0
+        total += int(nonzero.sum())
+        lost += int((nonzero & ((g * scale).to(dtype) == 0)).sum())
+    return lost / total
+
+
+def _log_uniform(n: int, low: float, high: float, generator: torch.Generator) -> torch.Tensor:
+    """n fp32 values with random signs whose log2 magnitude is uniform in [low, high)."""
+    exponents = low + (high - low) * torch.rand(n, generator=generator, dtype=torch.float64)
+    signs = torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0).double()
+    return (signs * torch.exp2(exponents)).float()
+
+
+def _underflow_cases():
+    g = torch.Generator().manual_seed(3)
+    edge = torch.tensor([2.0**-24, 2.0**-25, 1.5 * 2.0**-25, 2.0**-26, 1.0, -(2.0**-25), -(2.0**-24)])
+    realistic = _log_uniform(4000, -44, -8, g).reshape(40, 100)
+    with_zeros = _log_uniform(600, -30, -10, g)
+    with_zeros[::2] = 0.0  # half of the entries are exact zeros (a ReLU's dead units, say)
+    return [
+        (
+            "values at fp16's subnormal edge (2^-24, 2^-25, 1.5*2^-25, ...), scale 1",
+            [edge],
+            1.0,
+            torch.float16,
+        ),
+        (
+            "three tensors of 1000, 10 and 10 elements, scale 1",
+            [_log_uniform(1000, -20, -10, g), _log_uniform(10, -40, -30, g), _log_uniform(10, -5, 0, g)],
+            1.0,
+            torch.float16,
+        ),
+        ("a tensor with exact zeros in it, scale 2^4", [with_zeros], 2.0**4, torch.float16),
+        (
+            "a list with None in it (a frozen parameter), scale 2^10",
+            [realistic, None, with_zeros[:50]],
+            2.0**10,
+            torch.float16,
+        ),
+        ("log-uniform gradients from 2^-44 to 2^-8, scale 2^16", [realistic], 2.0**16, torch.float16),
+        ("the same gradients in bf16, scale 1", [realistic], 1.0, torch.bfloat16),
+        (
+            "a scale that overflows the largest values to inf (inf is not zero), scale 2^16",
+            [_log_uniform(500, -44, 4, g)],
+            2.0**16,
+            torch.float16,
+        ),
+    ]
+
+
+@check("e1_underflow_fraction")
+def check_underflow_fraction(underflow_fraction) -> int:
+    expect_callable(underflow_fraction, "underflow_fraction")
+    cases = _underflow_cases()
+    for name, grads, scale, dtype in cases:
+        copies = [None if t is None else t.clone() for t in grads]
+        expected = _underflow_reference(grads, scale, dtype)
+        got = call(underflow_fraction, copies, scale, dtype=dtype, case=name)
+        expect_type(got, float, case=name, what="the fraction")
+        if not 0.0 <= got <= 1.0:
+            raise CheckFailed(f"case {name}: the fraction should be between 0 and 1; got {got}.")
+        for before, after in zip(grads, copies):
+            if before is not None and not torch.equal(before, after):
+                raise CheckFailed(
+                    f"case {name}: your function changed the gradients it was given (in place)."
+                )
+        expect_close(
+            got, expected, case=name, what="the underflow fraction", rtol=1e-6, atol=1e-9, reveal=False
+        )
+    return len(cases)
+
+
+# ---- e2: DynamicLossScaler ----------------------------------------------------------------------------------------
+
+SCALER_METHODS = ("scale", "unscale_", "step", "update", "get_scale")
+DEFAULTS = dict(init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000)
+
+
+def _scaler_cases():
+    """(name, hyper-parameters (None: the defaults), steps, {step: injected value}, options)."""
+    return [
+        (
+            "default hyper-parameters",
+            None,
+            12,
+            {3: INF, 6: NAN, 7: INF, 10: -INF},  # two overflows in a row at steps 6 and 7
+            dict(optimizer="adam"),
+        ),
+        (
+            "growth_interval=3, growth_factor=4, backoff_factor=0.25, init_scale=1024",
+            dict(init_scale=1024.0, growth_factor=4.0, backoff_factor=0.25, growth_interval=3),
+            14,
+            {6: INF, 10: NAN, 11: NAN},
+            dict(optimizer="adam"),
+        ),
+        (
+            "unscale_ + clip_grad_norm_ before step, growth_interval=2",
+            dict(init_scale=2.0**12, growth_factor=2.0, backoff_factor=0.5, growth_interval=2),
+            8,
+            {3: INF},
+            dict(optimizer="sgd", clip=0.05),
+        ),
+        (
+            "a frozen parameter (its .grad is None), growth_interval=2",
+            dict(init_scale=2.0**8, growth_factor=2.0, backoff_factor=0.5, growth_interval=2),
+            6,
+            {4: NAN},
+            dict(optimizer="adam", frozen=True),
+        ),
+        (
+            "init_scale=2^127: growing would overflow float32 to inf, growth_interval=1",
+            dict(init_scale=2.0**127, growth_factor=2.0, backoff_factor=0.5, growth_interval=1),
+            6,
+            {3: INF},
+            dict(optimizer="sgd", loss_weight=2.0**-100),
+        ),
+    ]
+
+
+def _scaler_setup(options: dict):
+    """A small model, its optimizer and the per-step batches (fixed seeds: identical on every call)."""
+    torch.manual_seed(0)
+    model = mlp([6, 12, 3])
+    if options.get("frozen"):
+        model[0].weight.requires_grad_(False)  # still in the optimizer: its .grad stays None
+    if options["optimizer"] == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return model, optimizer
+
+
+def _scaler_batches(n_steps: int):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(8, 6, generator=g), torch.randn(8, 3, generator=g)) for _ in range(n_steps)]
+
+
+def _inject(model: torch.nn.Module, value: float) -> None:
+    """Put a non-finite value into one (already scaled) gradient, as an overflow in backward would."""
+    model[2].weight.grad[0, 0] = value
+
+
+def _kind(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("-inf" if value < 0 else "inf")
+
+
+def _a(event: str) -> str:
+    return {"inf": "an inf", "-inf": "a -inf", "NaN": "a NaN"}[event]
+
+
+def _first_param_mismatch(model, reference):
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        if not torch.allclose(p, q, rtol=1e-6, atol=1e-7, equal_nan=False):
+            return name, (p - q).abs().max().item(), not bool(torch.isfinite(p).all())
+    return None
+
+
+def _expected_scale_text(prev, expected, got, event, clean, hp) -> str:
+    """Why the scale should be `expected` after this step, in words."""
+    if event is not None:
+        return (
+            f"the step had {_a(event)} gradient, so the scale should go from "
+            f"{_fmt(prev)} to {_fmt(expected)} (x backoff_factor {hp['backoff_factor']:g}) and the count of clean "
+            f"steps restart; got {_fmt(got)}"
+        )
+    if clean == hp["growth_interval"] and expected != prev:
+        return (
+            f"it was clean step number {clean} in a row (growth_interval={hp['growth_interval']}), so the scale "
+            f"should grow from {_fmt(prev)} to {_fmt(expected)} (x growth_factor {hp['growth_factor']:g}); got "
+            f"{_fmt(got)}"
+        )
+    if clean == hp["growth_interval"]:
+        return (
+            f"it was clean step number {clean} in a row, but {_fmt(prev)} x growth_factor overflows float32 to inf, "
+            f"so the scale should stay {_fmt(prev)} (keep the scale in float32 as torch does, and grow it only to a "
+            f"finite value); got {_fmt(got)}"
+        )
+    return (
+        f"it was clean step number {clean} in a row since the last growth or overflow "
+        f"(growth_interval={hp['growth_interval']}), so the scale should stay {_fmt(prev)}; got {_fmt(got)}"
+    )
+
+
+def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) -> None:
+    hyper = dict(DEFAULTS) if hp is None else dict(hp)
+    case = f"case {name}"
+    scaler = call(DynamicLossScaler, case=name) if hp is None else call(DynamicLossScaler, **hyper, case=name)
+    for method in SCALER_METHODS:
+        if not callable(getattr(scaler, method, None)):
+            raise CheckFailed(
+                f"{case}: your DynamicLossScaler has no method `{method}`; it needs "
+                f"{', '.join(m + '()' for m in SCALER_METHODS)}."
+            )
+    if isinstance(scaler, torch.amp.GradScaler) or any(
+        isinstance(value, torch.amp.GradScaler) for value in getattr(scaler, "__dict__", {}).values()
+    ):
+        raise CheckFailed(
+            f"{case}: your DynamicLossScaler uses torch.amp.GradScaler; the exercise is to write its rules yourself."
+        )
+    reference = torch.amp.GradScaler("cpu", **hyper)
+
+    model, optimizer = _scaler_setup(options)
+    ref_model, ref_optimizer = _scaler_setup(options)
+    stepped_log = {"yours": 0, "reference": 0}
+    optimizer.register_step_post_hook(lambda *_: stepped_log.__setitem__("yours", stepped_log["yours"] + 1))
+    ref_optimizer.register_step_post_hook(
+        lambda *_: stepped_log.__setitem__("reference", stepped_log["reference"] + 1)
+    )
+    loss_weight = options.get("loss_weight", 1.0)
+
+    got_scale = call(scaler.get_scale, case=name)
+    expect_type(got_scale, numbers.Real, case=name, what="get_scale() before the first step")
+    if float(got_scale) != reference.get_scale():
+        raise CheckFailed(
+            f"{case}: before the first step get_scale() should be init_scale = {_fmt(reference.get_scale())}; "
+            f"got {_fmt(float(got_scale))}."
+        )
+
+    clean = 0  # clean steps in a row since the last growth (or growth refused) or overflow
+    for step, (x, y) in enumerate(_scaler_batches(n_steps), start=1):
+        label = f"{name}, step {step}"
+        where = f"case {label}"
+        prev = reference.get_scale()
+        # the learner's scaler
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_weight * F.mse_loss(model(x), y)
+        scaled = call(scaler.scale, loss, case=label)
+        if not isinstance(scaled, torch.Tensor) or not scaled.requires_grad:
+            raise CheckFailed(
+                f"{where}: scale(loss) should return a tensor that backward() can be called on (the loss times "
+                f"the scale); got a {type(scaled).__name__}."
+            )
+        expect_close(
+            scaled.item(),
+            loss.item() * prev,
+            case=label,
+            what="scale(loss), the loss times the scale",
+            rtol=1e-6,
+        )
+        scaled.backward()
+        # the reference, on an identical model
+        ref_optimizer.zero_grad(set_to_none=True)
+        reference.scale(loss_weight * F.mse_loss(ref_model(x), y)).backward()
+        event = None
+        if step in injections:
+            _inject(model, injections[step])
+            _inject(ref_model, injections[step])
+            event = _kind(injections[step])
+        if "clip" in options:
+            call(scaler.unscale_, optimizer, case=f"{label} (unscale_)")
+            torch.nn.utils.clip_grad_norm_(model.parameters(), options["clip"])
+            reference.unscale_(ref_optimizer)
+            torch.nn.utils.clip_grad_norm_(ref_model.parameters(), options["clip"])
+        before = dict(stepped_log)
+        returned = call(scaler.step, optimizer, case=label)
+        reference.step(ref_optimizer)
+        really_stepped = stepped_log["yours"] > before["yours"]
+        should_step = stepped_log["reference"] > before["reference"]
+        if not isinstance(returned, bool):
+            raise CheckFailed(
+                f"{where}: step(optimizer) should return True or False (whether the optimizer stepped); got "
+                f"{returned!r}."
+            )
+        if returned != really_stepped:
+            raise CheckFailed(
+                f"{where}: step() returned {returned}, but optimizer.step() was "
+                f"{'called' if really_stepped else 'not called'}."
+            )
+        if returned != should_step:
+            if event is not None:
+                raise CheckFailed(
+                    f"{where}: the gradients held {_a(event)}, so step() should "
+                    "skip optimizer.step() and return False; it stepped."
+                )
+            raise CheckFailed(
+                f"{where}: the gradients were all finite, so step() should call optimizer.step() and return True; "
+                "it skipped the step."
+            )
+        mismatch = _first_param_mismatch(model, ref_model)
+        if mismatch is not None:
+            param, diff, nonfinite = mismatch
+            hint = (
+                " Your parameters are not finite: an inf or NaN gradient reached the optimizer."
+                if nonfinite
+                else " Were the gradients divided by the scale exactly once before optimizer.step()?"
+            )
+            raise CheckFailed(
+                f"{where}: after step() the parameter {param} differs from torch.amp.GradScaler's run on an "
+                f"identical model (max abs difference {diff:.3g}; tolerance ±1e-06 relative + ±1e-07 "
+                f"absolute).{hint}"
+            )
+        call(scaler.update, case=f"{label} (update)")
+        reference.update()
+        clean = 0 if event is not None else clean + 1
+        expected = reference.get_scale()
+        got_scale = call(scaler.get_scale, case=label)
+        expect_type(got_scale, numbers.Real, case=label, what="get_scale()")
+        if float(got_scale) != expected:
+            text = _expected_scale_text(prev, expected, float(got_scale), event, clean, hyper)
+            raise CheckFailed(f"{where}: after update(), {text}.")
+        if clean == hyper["growth_interval"]:
+            clean = 0  # grown (or growth refused): the count restarts
+
+
+@check("e2_dynamic_loss_scaler")
+def check_dynamic_loss_scaler(DynamicLossScaler) -> int:  # noqa: N803 - the learner's class
+    expect_callable(DynamicLossScaler, "DynamicLossScaler")
+    cases = _scaler_cases()
+    for name, hp, n_steps, injections, options in cases:
+        _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options)
+    return len(cases)
+
+
+# ---- e3: amp_train_step --------------------------------------------------------------------------------------------
+
+
+class _ForwardingScaler:
+    """A scaler that is not a GradScaler: it forwards the public API to one, so only that API may be used."""
+
+    def __init__(self, scaler: torch.amp.GradScaler):
+        self._inner = scaler
+
+    def scale(self, outputs):
+        return self._inner.scale(outputs)
+
+    def unscale_(self, optimizer):
+        return self._inner.unscale_(optimizer)
+
+    def step(self, optimizer, *args, **kwargs):
+        return self._inner.step(optimizer, *args, **kwargs)
+
+    def update(self, new_scale=None):
+        return self._inner.update(new_scale)
+
+    def get_scale(self):
+        return self._inner.get_scale()
+
+
+def _train_cases():
+    """(name, dtype, max_norm, make_scaler, n_steps, overflow step or None)."""
+    return [
+        (
+            "fp16, max_norm=0.05 (clipping active), GradScaler growth_interval=1",
+            torch.float16,
+            0.05,
+            lambda: torch.amp.GradScaler("cpu", growth_interval=1),
+            2,
+            None,
+        ),
+        (
+            "fp16, max_norm=100 (no clipping)",
+            torch.float16,
+            100.0,
+            lambda: torch.amp.GradScaler("cpu"),
+            2,
+            None,
+        ),
+        (
+            "bf16, max_norm=0.05, a disabled GradScaler (bf16 needs none)",
+            torch.bfloat16,
+            0.05,
+            lambda: torch.amp.GradScaler("cpu", enabled=False),
+            2,
+            None,
+        ),
+        (
+            "fp16, an input beyond fp16's range at step 2 (overflow)",
+            torch.float16,
+            0.05,
+            lambda: torch.amp.GradScaler("cpu"),
+            3,
+            2,
+        ),
+        (
+            "bf16, max_norm=0.05, a scaler object that only has GradScaler's public methods",
+            torch.bfloat16,
+            0.05,
+            lambda: _ForwardingScaler(torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1)),
+            2,
+            None,
+        ),
+    ]
+
+
+def _train_setup():
+    torch.manual_seed(0)
+    model = mlp([16, 32, 32, 4])
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def _train_batches(n_steps: int, overflow_step: int | None):
+    g = torch.Generator().manual_seed(2)
+    batches = []
+    for step in range(1, n_steps + 1):
+        x, y = torch.randn(32, 16, generator=g), torch.randint(0, 4, (32,), generator=g)
+        if step == overflow_step:
+            x[0, 0] = 1e5  # beyond fp16's largest value, 65504: inf in the fp16 forward pass
+        batches.append((x, y))
+    return batches
+
+
+def _reference_train_step(model, batch, optimizer, scaler, max_norm, dtype):
+    """The recipe of PyTorch's AMP examples ("Gradient clipping"), on the check's own copy."""
+    x, y = batch
+    with torch.autocast(device_type=x.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item(), norm.item()
+
+
+def _compare_number(got, expected, scale, *, case, what, rtol, hint_scaled):
+    if not math.isfinite(expected):  # an overflow step: any non-finite value is right, and so is a finite one
+        expect_type(got, numbers.Real, case=case, what=what)
+        return
+    try:
+        expect_close(got, expected, case=case, what=what, rtol=rtol, atol=1e-6, reveal=False)
+    except CheckFailed as failure:
+        ratio = float(got) / expected if expected else math.nan
+        if scale > 1 and math.isfinite(ratio) and abs(ratio / scale - 1) < 1e-2:
+            raise CheckFailed(
+                f"{failure} That is the loss scale ({_fmt(scale)}) times too big: {hint_scaled}"
+            ) from None
+        raise
+
+
+@check("e3_amp_train_step")
+def check_amp_train_step(amp_train_step) -> int:
+    expect_callable(amp_train_step, "amp_train_step")
+    cases = _train_cases()
+    for name, dtype, max_norm, make_scaler, n_steps, overflow_step in cases:
+        model, optimizer = _train_setup()
+        ref_model, ref_optimizer = _train_setup()
+        scaler, ref_scaler = make_scaler(), make_scaler()
+        seen = []
+        model[0].register_forward_hook(lambda module, args, out, seen=seen: seen.append(out.dtype))
+        for step, batch in enumerate(_train_batches(n_steps, overflow_step), start=1):
+            label = f"{name}, step {step}"
+            where = f"case {label}"
+            scale_before = ref_scaler.get_scale()
+            params_before = [p.detach().clone() for p in model.parameters()]
+            seen.clear()
+            got = call(amp_train_step, model, batch, optimizer, scaler, max_norm, dtype=dtype, case=label)
+            expected_loss, expected_norm = _reference_train_step(
+                ref_model, batch, ref_optimizer, ref_scaler, max_norm, dtype
+            )
+            expect_type(got, tuple, case=label, what="the result")
+            if len(got) != 2:
+                raise CheckFailed(
+                    f"{where}: the result should be a pair (loss, grad_norm); got {len(got)} values."
+                )
+            loss, norm = got
+            for value, what in ((loss, "the loss"), (norm, "the gradient norm")):
+                if isinstance(value, torch.Tensor):
+                    raise CheckFailed(
+                        f"{where}: {what} should be a Python float (use .item()); got a tensor."
+                    )
+            if not seen:
+                raise CheckFailed(f"{where}: the model's forward pass was not run.")
+            if seen[0] != dtype:
+                raise CheckFailed(
+                    f"{where}: the forward pass should run under torch.autocast(device_type=x.device.type, "
+                    f"dtype={dtype}); the first Linear layer's output was {seen[0]}."
+                )
+            _compare_number(
+                loss,
+                expected_loss,
+                scale_before,
+                case=label,
+                what="the returned loss",
+                rtol=1e-3,
+                hint_scaled="return the loss itself (loss.item()), not the scaled loss.",
+            )
+            _compare_number(
+                norm,
+                expected_norm,
+                scale_before,
+                case=label,
+                what="the returned gradient norm",
+                rtol=1e-3,
+                hint_scaled="clip_grad_norm_ measured the still-scaled gradients. Call scaler.unscale_(optimizer) "
+                "before clip_grad_norm_.",
+            )
+            for (pname, p), q, p0 in zip(model.named_parameters(), ref_model.parameters(), params_before):
+                if p.grad is not None:
+                    raise CheckFailed(
+                        f"{where}: after the step the gradients should be cleared with "
+                        f"optimizer.zero_grad(set_to_none=True); {pname} still has a .grad."
+                    )
+                if not torch.allclose(p, q, rtol=1e-4, atol=1e-6):
+                    if step == overflow_step:
+                        detail = (
+                            "this step overflowed (an inf in the fp16 forward pass), so the optimizer step should "
+                            "have been skipped and the parameters left as they were"
+                        )
+                        if torch.equal(q, p0) and not torch.isfinite(p).all():
+                            detail += "; yours are no longer finite"
+                    else:
+                        changed = (p - p0).norm().item()
+                        wanted = (q - p0).norm().item()
+                        detail = (
+                            f"the update you applied has norm {changed:.3g}, {changed / wanted:.3g}x the expected "
+                            "update (unscale the gradients before clipping, clip with max_norm, then "
+                            "scaler.step)"
+                            if wanted
+                            else "they should not have changed"
+                        )
+                    raise CheckFailed(
+                        f"{where}: after the step the parameter {pname} differs from the reference step on an "
+                        f"identical model (tolerance ±0.0001 relative + ±1e-06 absolute): {detail}."
+                    )
+            got_scale, expected_scale = scaler.get_scale(), ref_scaler.get_scale()
+            if got_scale != expected_scale:
+                raise CheckFailed(
+                    f"{where}: after the step the scaler's scale should be {_fmt(expected_scale)} (it was "
+                    f"{_fmt(scale_before)}); it is {_fmt(got_scale)}. Call scaler.update() once after scaler.step()."
+                )
+    return len(cases)
+
+
+# ---- e4: measure_amp_step (GPU) -----------------------------------------------------------------------------------
+
+#: the check's set-ups. "cuda" is what is graded; "cpu" exists so that the tests can run the same logic on a CPU,
+#: where a step of a tiny model takes milliseconds and a busy machine can stall one run: hence the loose time factor
+#: there (it still catches seconds reported as milliseconds).
+E4_PROFILES = {
+    "cuda": dict(widths=[512, 2048, 2048, 2048, 512], batch=32768, steps=10, time_factor=2.0),
+    "cpu": dict(widths=[32, 64, 64, 10], batch=256, steps=10, time_factor=20.0),
+}
+E4_DTYPES = (torch.bfloat16, None)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reference_amp_step(model, batch, optimizer, dtype: torch.dtype | None, steps: int = 10) -> dict:
+    """The check's own measurement: one warm-up step, then `steps` timed steps inside `track_memory`.
+
+    One step = forward + cross_entropy under `torch.autocast(dtype)` (plain fp32 when dtype is None), backward,
+    `optimizer.step()`, `optimizer.zero_grad(set_to_none=True)`. On CUDA the clock is read after
+    `torch.cuda.synchronize()` and the peak is the caching allocator's (`track_storages=False`: no per-operator
+    overhead in the timing); on the CPU the storage tracker measures the peak.
+    """
+    device = next(model.parameters()).device
+    x, y = batch
+
+    def one_step():
+        with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    one_step()  # warm-up: optimizer state, autocast's weight cache, library workspaces
+    _sync(device)
+    with track_memory(
+        model=model, optimizer=optimizer, inputs=batch, track_storages=device.type != "cuda"
+    ) as trace:
+        start = time.perf_counter()
+        for _ in range(steps):
+            one_step()
+        _sync(device)
+        elapsed = time.perf_counter() - start
+    return {"step_ms": 1000 * elapsed / steps, "peak_bytes": trace.peak_bytes}
+
+
+def amp_setup(device: torch.device, widths: list[int], batch: int, seed: int = 0):
+    """A fresh model (fp32 weights), its AdamW and a batch on `device`, the same for the same seed."""
+    torch.manual_seed(seed)
+    model = mlp(widths).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(seed)
+    data = (
+        torch.randn(batch, widths[0], generator=g).to(device),
+        torch.randint(0, widths[-1], (batch,), generator=g).to(device),
+    )
+    return model, optimizer, data
+
+
+def _free(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def run_measure_amp_step_check(measure_amp_step: Callable, device: torch.device | str) -> int:
+    """The logic of check_measure_amp_step on `device` with that device's profile; returns the number of cases."""
+    device = torch.device(device)
+    profile = E4_PROFILES[device.type]
+    expect_callable(measure_amp_step, "measure_amp_step")
+    for dtype in E4_DTYPES:
+        name = f"{'bf16 autocast' if dtype else 'fp32'}, mlp({profile['widths']}), batch {profile['batch']} on {device.type}"
+        model, optimizer, data = amp_setup(device, profile["widths"], profile["batch"])
+        expected = reference_amp_step(model, data, optimizer, dtype, steps=profile["steps"])
+        del model, optimizer, data
+        _free(device)
+        model, optimizer, data = amp_setup(device, profile["widths"], profile["batch"])
+        got = call(measure_amp_step, model, data, optimizer, dtype, steps=profile["steps"], case=name)
+        del model, optimizer, data
+        _free(device)
+        expect_keys(got, ("step_ms", "peak_bytes"), case=name, what="the returned dict")
+        expect_type(got["peak_bytes"], numbers.Real, case=name, what="peak_bytes")
+        expect_close(
+            got["peak_bytes"],
+            expected["peak_bytes"],
+            case=name,
+            what="peak_bytes (the peak over the timed steps, from memlab.measure.track_memory)",
+            rtol=0.05,
+            atol=MiB if device.type == "cuda" else 1024,
+        )
+        expect_type(got["step_ms"], numbers.Real, case=name, what="step_ms")
+        ratio = float(got["step_ms"]) / expected["step_ms"]
+        factor = profile["time_factor"]
+        if not (1 / factor <= ratio <= factor):
+            raise CheckFailed(
+                f"case {name}: step_ms = {float(got['step_ms']):.3g} ms, but the check measured "
+                f"{expected['step_ms']:.3g} ms per step on the same set-up (tolerance: a factor of {factor:g}). "
+                "Milliseconds per step, averaged over the timed steps after a warm-up step, with "
+                "torch.cuda.synchronize() before each reading of the clock."
+            )
+    return len(E4_DTYPES)
+
+
+@check("e4_measure_amp_step")
+@requires(cuda=True, min_capability=(8, 0))
+def check_measure_amp_step(measure_amp_step) -> int:
+    return run_measure_amp_step_check(measure_amp_step, torch.device("cuda", torch.cuda.current_device()))
+
+
+__all__ = [
+    "CheckFailed",
+    "check_underflow_fraction",
+    "check_dynamic_loss_scaler",
+    "check_amp_train_step",
+    "check_measure_amp_step",
+    "reference_amp_step",
+    "amp_setup",
+    "run_measure_amp_step_check",
+    "E4_PROFILES",
+]

@@ -1,0 +1,1012 @@
+"""Lesson 03's checks pass the reference solution and fail realistic wrong answers with a helpful message.
+
+The reference solutions are copied from the solution cells of solutions/03-amp-gradscaler/03-amp-gradscaler.ipynb
+(the notebook itself is executed by the notebook tests). Each wrong answer is a mistake a learner is likely to
+make; the test asserts that the check names the case (and step) that exposes it and, where the answer is hidden
+(reveal=False), that the message does not give the expected number away. The GPU check's logic is run here on the
+CPU (`run_measure_amp_step_check(fn, "cpu")`, the same code at tiny sizes); the check itself says NOT CHECKED HERE
+on a machine without a CUDA GPU, or raises NotGradedHere when grading strictly.
+"""
+
+import re
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import autograders.kit as kit
+import memlab.hardware as hardware
+from autograders.kit import CheckFailed, NotGradedHere, check
+from autograders.lesson03 import (
+    _underflow_cases,
+    _underflow_reference,
+    check_amp_train_step,
+    check_dynamic_loss_scaler,
+    check_measure_amp_step,
+    check_underflow_fraction,
+    run_measure_amp_step_check,
+)
+from memlab.measure import track_memory
+
+# ---- the reference solutions (copied from the solution cells) -------------------------------------------------
+
+
+def underflow_fraction(grads: list[torch.Tensor], scale: float, dtype: torch.dtype = torch.float16) -> float:
+    lost = total = 0
+    for g in grads:
+        if g is None:
+            continue
+        nonzero = g != 0
+        total += int(nonzero.sum())
+        lost += int((nonzero & ((g * scale).to(dtype) == 0)).sum())
+    return lost / total if total else 0.0
+
+
+class DynamicLossScaler:
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+    ):
+        self._scale = torch.tensor(init_scale, dtype=torch.float32)  # float32, as torch keeps it
+        self.growth_factor = growth_factor
+        self.backoff_factor = backoff_factor
+        self.growth_interval = growth_interval
+        self._clean_steps = 0  # steps in a row without inf/NaN since the last growth or backoff
+        self._found_inf = None  # None until this iteration's gradients are unscaled
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss * self._scale.to(loss.device)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._found_inf is not None:
+            raise RuntimeError("unscale_() has already been called since the last update()")
+        inv_scale = self._scale.double().reciprocal().float()
+        self._found_inf = False
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                p.grad.mul_(inv_scale.to(p.grad.device))
+                if not torch.isfinite(p.grad).all():
+                    self._found_inf = True
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        if self._found_inf is None:
+            self.unscale_(optimizer)
+        if self._found_inf:
+            return False
+        optimizer.step()
+        return True
+
+    def update(self) -> None:
+        if self._found_inf:
+            self._scale = self._scale * self.backoff_factor
+            self._clean_steps = 0
+        else:
+            self._clean_steps += 1
+            if self._clean_steps == self.growth_interval:
+                grown = self._scale * self.growth_factor
+                if torch.isfinite(grown):
+                    self._scale = grown
+                self._clean_steps = 0
+        self._found_inf = None
+
+    def get_scale(self) -> float:
+        return self._scale.item()
+
+
+def amp_train_step(
+    model, batch, optimizer, scaler, max_norm: float, dtype: torch.dtype = torch.float16
+) -> tuple[float, float]:
+    x, y = batch
+    with torch.autocast(device_type=x.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)  # the real gradients, before clipping
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)  # skips the step on inf/NaN (already unscaled: not twice)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item(), grad_norm.item()
+
+
+def measure_amp_step(model, batch, optimizer, dtype: torch.dtype | None, steps: int = 10) -> dict:
+    device = next(model.parameters()).device
+    x, y = batch
+
+    def train_step():
+        with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def synchronize():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    train_step()  # warm-up
+    synchronize()
+    with track_memory(
+        model=model, optimizer=optimizer, inputs=batch, track_storages=device.type != "cuda"
+    ) as trace:
+        start = time.perf_counter()
+        for _ in range(steps):
+            train_step()
+        synchronize()
+        elapsed = time.perf_counter() - start
+    return {"step_ms": 1000 * elapsed / steps, "peak_bytes": trace.peak_bytes}
+
+
+@check("e4_measure_amp_step")
+def check_measure_amp_step_on_cpu(fn) -> int:
+    """The GPU check's logic at the CPU profile's sizes, its requirement bypassed."""
+    return run_measure_amp_step_check(fn, "cpu")
+
+
+CPU_CHECKS = [check_underflow_fraction, check_dynamic_loss_scaler, check_amp_train_step]
+
+
+def assert_hidden(message: str, *values) -> None:
+    """A reveal=False check must not print the number the exercise asks for, in any spelling."""
+    for value in values:
+        for spelling in (f"{value}", f"{value:.6g}", f"{value:.4g}", f"{value:.3g}"):
+            assert spelling not in message, (spelling, message)
+
+
+@pytest.fixture(autouse=True)
+def learner_mode(monkeypatch):
+    monkeypatch.delenv(kit.GRADING_ENV, raising=False)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """Behave as this CPU machine does, even where the suite runs on a GPU box."""
+    monkeypatch.setattr(hardware, "gpu_info", lambda index=0: None)
+
+
+def failure(check_fn, answer) -> str:
+    with pytest.raises(CheckFailed) as info:
+        check_fn(answer)
+    return str(info.value)
+
+
+# ---- the reference solution passes every check ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "solution", "line"),
+    [
+        (check_underflow_fraction, underflow_fraction, "✓ e1_underflow_fraction: 7 cases passed"),
+        (check_dynamic_loss_scaler, DynamicLossScaler, "✓ e2_dynamic_loss_scaler: 5 cases passed"),
+        (check_amp_train_step, amp_train_step, "✓ e3_amp_train_step: 5 cases passed"),
+        (check_measure_amp_step_on_cpu, measure_amp_step, "✓ e4_measure_amp_step: 2 cases passed"),
+    ],
+    ids=["e1", "e2", "e3", "e4-on-cpu"],
+)
+def test_reference_solution_passes(check_fn, solution, line, capsys):
+    assert check_fn(solution) is None
+    assert capsys.readouterr().out.splitlines() == [line]
+
+
+# ---- every check: the stub, an undefined name -----------------------------------------------------------------
+
+
+def stub(*args, **kwargs):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+class StubScaler:
+    """The learner version of Exercise 3.2: every method body is the stub."""
+
+    def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    def scale(self, loss):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    def unscale_(self, optimizer):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    def step(self, optimizer):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    def update(self):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    def get_scale(self):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+
+NOT_WRITTEN = ": your function raised NotImplementedError: it is not written yet\\.$"
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "learner_stub"),
+    [
+        (check_underflow_fraction, stub),
+        (check_dynamic_loss_scaler, StubScaler),
+        (check_amp_train_step, stub),
+        (check_measure_amp_step_on_cpu, stub),
+    ],
+    ids=["e1", "e2", "e3", "e4-on-cpu"],
+)
+def test_the_learner_stub_fails_every_check_as_not_written_yet(check_fn, learner_stub):
+    with pytest.raises(CheckFailed, match=f"^{check_fn.check_name}: case [^:]*{NOT_WRITTEN}"):
+        check_fn(learner_stub)
+
+
+def test_a_scaler_with_only_its_constructor_written_fails_as_not_written_yet():
+    class OnlyInit(StubScaler):
+        def __init__(self, *args, **kwargs):
+            pass
+
+    with pytest.raises(
+        CheckFailed, match=f"^e2_dynamic_loss_scaler: case default hyper-parameters{NOT_WRITTEN}"
+    ):
+        check_dynamic_loss_scaler(OnlyInit)
+
+
+@pytest.mark.parametrize(
+    "check_fn",
+    [
+        check_underflow_fraction,
+        check_dynamic_loss_scaler,
+        check_amp_train_step,
+        check_measure_amp_step_on_cpu,
+    ],
+    ids=["e1", "e2", "e3", "e4-on-cpu"],
+)
+def test_an_undefined_answer_fails_every_check(check_fn):
+    with pytest.raises(CheckFailed, match=f"^{check_fn.check_name}: `.*` is not defined yet"):
+        check_fn(None)
+
+
+# ---- e1: underflow_fraction ------------------------------------------------------------------------------------
+
+
+def test_e1_the_cases_tell_the_mistakes_apart():
+    """Sanity of the check's own cases: each has a reference that the wrong answers below get wrong."""
+    fractions = {
+        name: _underflow_reference(grads, scale, dtype) for name, grads, scale, dtype in _underflow_cases()
+    }
+    assert fractions["values at fp16's subnormal edge (2^-24, 2^-25, 1.5*2^-25, ...), scale 1"] == 3 / 7
+    assert 0 < fractions["log-uniform gradients from 2^-44 to 2^-8, scale 2^16"] < 0.2
+    assert fractions["the same gradients in bf16, scale 1"] == 0.0
+    assert all(0 <= f < 1 for f in fractions.values())
+
+
+def test_e1_averaging_per_tensor_fractions_fails():
+    def per_tensor_mean(grads, scale, dtype=torch.float16):
+        fractions = []
+        for g in grads:
+            if g is None:
+                continue
+            nonzero = g != 0
+            fractions.append(float((nonzero & ((g * scale).to(dtype) == 0)).sum() / nonzero.sum()))
+        return sum(fractions) / len(fractions)
+
+    message = failure(check_underflow_fraction, per_tensor_mean)
+    assert message.startswith(
+        "e1_underflow_fraction: case three tensors of 1000, 10 and 10 elements, scale 1: "
+        "the underflow fraction is too high"
+    )
+    assert_hidden(message, 10 / 1020)
+
+
+def test_e1_counting_zeros_in_the_denominator_fails():
+    def all_elements(grads, scale, dtype=torch.float16):
+        lost = total = 0
+        for g in grads:
+            if g is None:
+                continue
+            total += g.numel()
+            lost += int(((g != 0) & ((g * scale).to(dtype) == 0)).sum())
+        return lost / total
+
+    message = failure(check_underflow_fraction, all_elements)
+    assert message.startswith(
+        "e1_underflow_fraction: case a tensor with exact zeros in it, scale 2^4: the underflow fraction is too low"
+    )
+    assert "0.5x the expected value" in message
+
+
+def test_e1_counting_inf_as_underflow_fails():
+    def not_representable(grads, scale, dtype=torch.float16):
+        lost = total = 0
+        for g in grads:
+            if g is None:
+                continue
+            cast = (g * scale).to(dtype)
+            nonzero = g != 0
+            total += int(nonzero.sum())
+            lost += int((nonzero & ((cast == 0) | cast.isinf())).sum())
+        return lost / total
+
+    message = failure(check_underflow_fraction, not_representable)
+    assert message.startswith(
+        "e1_underflow_fraction: case a scale that overflows the largest values to inf (inf is not zero), "
+        "scale 2^16: the underflow fraction is too high"
+    )
+
+
+def test_e1_a_threshold_instead_of_rounding_fails_at_the_edge():
+    """|x| < 2^-24 is not what fp16 does: 2^-25 rounds (ties to even) to 0, 1.5 * 2^-25 rounds up to 2^-24."""
+
+    def below_smallest_subnormal(grads, scale, dtype=torch.float16):
+        lost = total = 0
+        for g in grads:
+            if g is None:
+                continue
+            nonzero = g != 0
+            total += int(nonzero.sum())
+            lost += int((nonzero & ((g * scale).abs() < torch.finfo(dtype).smallest_normal * 2.0**-10)).sum())
+        return lost / total
+
+    message = failure(check_underflow_fraction, below_smallest_subnormal)
+    assert message.startswith("e1_underflow_fraction: case values at fp16's subnormal edge")
+    assert "too high" in message  # 1.5 * 2^-25 is counted as lost, but it rounds up to 2^-24
+    assert_hidden(message, 3 / 7)
+
+
+def test_e1_forgetting_the_scale_fails():
+    message = failure(
+        check_underflow_fraction,
+        lambda grads, scale, dtype=torch.float16: underflow_fraction(grads, 1.0, dtype),
+    )
+    assert "case a tensor with exact zeros in it, scale 2^4: the underflow fraction is too high" in message
+
+
+def test_e1_ignoring_dtype_fails_on_bf16():
+    message = failure(
+        check_underflow_fraction,
+        lambda grads, scale, dtype=torch.float16: underflow_fraction(grads, scale, torch.float16),
+    )
+    assert "case the same gradients in bf16, scale 1: the underflow fraction is too high" in message
+
+
+def test_e1_a_tensor_result_fails_on_the_type():
+    def as_tensor(grads, scale, dtype=torch.float16):
+        return torch.tensor(underflow_fraction(grads, scale, dtype))
+
+    message = failure(check_underflow_fraction, as_tensor)
+    assert "the fraction should be a float; got a Tensor" in message
+
+
+def test_e1_skipping_none_is_required():
+    def no_skip(grads, scale, dtype=torch.float16):
+        lost = total = 0
+        for g in grads:
+            nonzero = g != 0
+            total += int(nonzero.sum())
+            lost += int((nonzero & ((g * scale).to(dtype) == 0)).sum())
+        return lost / total
+
+    message = failure(check_underflow_fraction, no_skip)
+    assert message.startswith(
+        "e1_underflow_fraction: case a list with None in it (a frozen parameter), scale 2^10: your function raised "
+        "AttributeError"
+    )
+
+
+def test_e1_changing_the_gradients_in_place_fails():
+    def in_place(grads, scale, dtype=torch.float16):
+        for g in grads:
+            if g is not None:
+                g.mul_(scale)
+        return underflow_fraction(grads, 1.0, dtype)
+
+    message = failure(check_underflow_fraction, in_place)
+    assert "your function changed the gradients it was given (in place)" in message
+
+
+# ---- e2: DynamicLossScaler ---------------------------------------------------------------------------------------
+
+
+class NeverGrows(DynamicLossScaler):
+    def update(self):
+        if self._found_inf:
+            self._scale = self._scale * self.backoff_factor
+        self._found_inf = None
+
+
+class GrowsEveryStep(DynamicLossScaler):
+    def update(self):
+        if self._found_inf:
+            self._scale = self._scale * self.backoff_factor
+        else:
+            self._scale = self._scale * self.growth_factor
+        self._found_inf = None
+
+
+class KeepsCountingAfterOverflow(DynamicLossScaler):
+    def update(self):
+        if self._found_inf:
+            self._scale = self._scale * self.backoff_factor  # the count of clean steps is not reset
+            self._found_inf = None
+            return
+        super().update()
+
+
+class StepsOnInf(DynamicLossScaler):
+    def step(self, optimizer):
+        if self._found_inf is None:
+            self.unscale_(optimizer)
+        optimizer.step()
+        return True
+
+
+class DividesTwice(DynamicLossScaler):
+    """step() always unscales, even after an explicit unscale_() (and never complains)."""
+
+    def unscale_(self, optimizer):
+        self._found_inf = None
+        super().unscale_(optimizer)
+
+    def step(self, optimizer):
+        self.unscale_(optimizer)
+        if self._found_inf:
+            return False
+        optimizer.step()
+        return True
+
+
+class NaNIsNotOverflow(DynamicLossScaler):
+    def unscale_(self, optimizer):
+        super().unscale_(optimizer)
+        self._found_inf = any(
+            bool(torch.isinf(p.grad).any())
+            for group in optimizer.param_groups
+            for p in group["params"]
+            if p.grad is not None
+        )
+
+
+class StepReturnsNone(DynamicLossScaler):
+    def step(self, optimizer):
+        super().step(optimizer)
+
+
+class PythonFloatScale(DynamicLossScaler):
+    """The scale as a Python float (float64): 2^127 * 2 = 2^128 is finite there, not in float32."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._scale = float(self._scale)
+
+    def scale(self, loss):
+        return loss * self._scale
+
+    def unscale_(self, optimizer):
+        self._found_inf = False
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.div_(self._scale)
+                    self._found_inf = self._found_inf or not bool(torch.isfinite(p.grad).all())
+
+    def update(self):
+        if self._found_inf:
+            self._scale *= self.backoff_factor
+            self._clean_steps = 0
+        else:
+            self._clean_steps += 1
+            if self._clean_steps == self.growth_interval:
+                if torch.isfinite(torch.tensor(self._scale * self.growth_factor, dtype=torch.float64)):
+                    self._scale *= self.growth_factor
+                self._clean_steps = 0
+        self._found_inf = None
+
+    def get_scale(self):
+        return self._scale
+
+
+class ForgetsToResetAfterUpdate(DynamicLossScaler):
+    """update() leaves the 'already unscaled' state of the last iteration in place."""
+
+    def update(self):
+        found = self._found_inf
+        super().update()
+        self._found_inf = found
+
+
+class NoneGradCrash(DynamicLossScaler):
+    def unscale_(self, optimizer):
+        self._found_inf = False
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                p.grad.mul_(1.0 / self._scale)
+                self._found_inf = self._found_inf or not bool(torch.isfinite(p.grad).all())
+
+
+E2 = "e2_dynamic_loss_scaler: case "
+
+
+def test_e2_never_growing_fails_where_growth_is_due():
+    message = failure(check_dynamic_loss_scaler, NeverGrows)
+    assert message == (
+        E2
+        + "growth_interval=3, growth_factor=4, backoff_factor=0.25, init_scale=1024, step 3: after update(), it "
+        "was clean step number 3 in a row (growth_interval=3), so the scale should grow from 1,024 to 4,096 "
+        "(x growth_factor 4); got 1,024."
+    )
+
+
+def test_e2_growing_on_every_step_fails_at_the_first_step():
+    message = failure(check_dynamic_loss_scaler, GrowsEveryStep)
+    assert message == (
+        E2
+        + "default hyper-parameters, step 1: after update(), it was clean step number 1 in a row since the "
+        "last growth or overflow (growth_interval=2000), so the scale should stay 65,536; got 131,072."
+    )
+
+
+def test_e2_not_restarting_the_count_after_an_overflow_fails():
+    """growth_interval=3: clean 4, 5, overflow 6, clean 7 -> a count that was not reset reaches 3 at step 7."""
+    message = failure(check_dynamic_loss_scaler, KeepsCountingAfterOverflow)
+    assert message.startswith(
+        E2
+        + "growth_interval=3, growth_factor=4, backoff_factor=0.25, init_scale=1024, step 7: after update(), it "
+        "was clean step number 1 in a row since the last growth or overflow (growth_interval=3), so the scale "
+        "should stay 1,024; got 4,096."
+    )
+
+
+def test_e2_stepping_on_inf_fails():
+    message = failure(check_dynamic_loss_scaler, StepsOnInf)
+    assert message == (
+        E2
+        + "default hyper-parameters, step 3: the gradients held an inf, so step() should skip optimizer.step() "
+        "and return False; it stepped."
+    )
+
+
+def test_e2_nan_not_treated_as_an_overflow_fails():
+    message = failure(check_dynamic_loss_scaler, NaNIsNotOverflow)
+    assert message == (
+        E2
+        + "default hyper-parameters, step 6: the gradients held a NaN, so step() should skip optimizer.step() "
+        "and return False; it stepped."
+    )
+
+
+def test_e2_dividing_twice_after_an_explicit_unscale_fails():
+    message = failure(check_dynamic_loss_scaler, DividesTwice)
+    assert message.startswith(
+        E2 + "unscale_ + clip_grad_norm_ before step, growth_interval=2, step 1: after step() the parameter "
+        "0.weight differs from torch.amp.GradScaler's run on an identical model"
+    )
+    assert message.endswith("Were the gradients divided by the scale exactly once before optimizer.step()?")
+
+
+def test_e2_step_returning_none_fails():
+    message = failure(check_dynamic_loss_scaler, StepReturnsNone)
+    assert message == (
+        E2 + "default hyper-parameters, step 1: step(optimizer) should return True or False (whether the "
+        "optimizer stepped); got None."
+    )
+
+
+def test_e2_a_python_float_scale_fails_where_float32_overflows():
+    message = failure(check_dynamic_loss_scaler, PythonFloatScale)
+    assert message == (
+        E2
+        + "init_scale=2^127: growing would overflow float32 to inf, growth_interval=1, step 1: after update(), "
+        "it was clean step number 1 in a row, but 2^127 x growth_factor overflows float32 to inf, so the scale "
+        "should stay 2^127 (keep the scale in float32 as torch does, and grow it only to a finite value); got "
+        "2^128."
+    )
+
+
+def test_e2_not_resetting_the_iteration_state_in_update_fails():
+    message = failure(check_dynamic_loss_scaler, ForgetsToResetAfterUpdate)
+    assert message.startswith(
+        E2 + "default hyper-parameters, step 2: after step() the parameter 0.weight differs"
+    )
+
+
+def test_e2_a_parameter_without_grad_must_be_skipped():
+    message = failure(check_dynamic_loss_scaler, NoneGradCrash)
+    assert message.startswith(
+        E2 + "a frozen parameter (its .grad is None), growth_interval=2, step 1: your function raised "
+        "AttributeError: 'NoneType' object has no attribute 'mul_'"
+    )
+
+
+def test_e2_a_missing_method_is_named():
+    class NoGetScale:
+        def __init__(self, **kwargs):
+            pass
+
+        def scale(self, loss):
+            return loss
+
+        def unscale_(self, optimizer):
+            pass
+
+        def step(self, optimizer):
+            return True
+
+        def update(self):
+            pass
+
+    message = failure(check_dynamic_loss_scaler, NoGetScale)
+    assert message == (
+        E2 + "default hyper-parameters: your DynamicLossScaler has no method `get_scale`; it needs scale(), "
+        "unscale_(), step(), update(), get_scale()."
+    )
+
+
+def test_e2_scale_returning_a_float_fails():
+    class FloatScale(DynamicLossScaler):
+        def scale(self, loss):
+            return loss.item() * self.get_scale()
+
+    message = failure(check_dynamic_loss_scaler, FloatScale)
+    assert message == (
+        E2
+        + "default hyper-parameters, step 1: scale(loss) should return a tensor that backward() can be called "
+        "on (the loss times the scale); got a float."
+    )
+
+
+def test_e2_wrong_init_scale_is_caught_before_any_step():
+    class Ignores(DynamicLossScaler):
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+
+    message = failure(check_dynamic_loss_scaler, Ignores)
+    assert message == (
+        E2
+        + "growth_interval=3, growth_factor=4, backoff_factor=0.25, init_scale=1024: before the first step "
+        "get_scale() should be init_scale = 1,024; got 65,536."
+    )
+
+
+def test_e2_wrapping_gradscaler_fails():
+    class Wrapper:
+        def __init__(self, **kwargs):
+            self.inner = torch.amp.GradScaler("cpu", **kwargs)
+
+        def scale(self, loss):
+            return self.inner.scale(loss)
+
+        def unscale_(self, optimizer):
+            self.inner.unscale_(optimizer)
+
+        def step(self, optimizer):
+            before = self.inner.get_scale()
+            self.inner.step(optimizer)
+            return before == before
+
+        def update(self):
+            self.inner.update()
+
+        def get_scale(self):
+            return self.inner.get_scale()
+
+    message = failure(check_dynamic_loss_scaler, Wrapper)
+    assert message == (
+        E2
+        + "default hyper-parameters: your DynamicLossScaler uses torch.amp.GradScaler; the exercise is to write "
+        "its rules yourself."
+    )
+
+
+def test_e2_a_step_that_does_not_match_what_it_returns_fails():
+    class Lies(DynamicLossScaler):
+        def step(self, optimizer):
+            super().step(optimizer)
+            return True
+
+    message = failure(check_dynamic_loss_scaler, Lies)
+    assert (
+        message
+        == E2 + "default hyper-parameters, step 3: step() returned True, but optimizer.step() was not called."
+    )
+
+
+# ---- e3: amp_train_step ------------------------------------------------------------------------------------------
+
+E3 = "e3_amp_train_step: case "
+FIRST_E3 = E3 + "fp16, max_norm=0.05 (clipping active), GradScaler growth_interval=1, step 1: "
+
+
+def clip_before_unscale(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+    x, y = batch
+    with torch.autocast(device_type=x.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item(), grad_norm.item()
+
+
+def test_e3_clipping_before_unscale_fails_with_a_hint():
+    message = failure(check_amp_train_step, clip_before_unscale)
+    assert message.startswith(FIRST_E3 + "the returned gradient norm is too high: you got ")
+    assert "65,536x the expected value" in message or "6.55e+04x the expected value" in message
+    assert message.endswith(
+        "That is the loss scale (65,536) times too big: clip_grad_norm_ measured the still-scaled gradients. "
+        "Call scaler.unscale_(optimizer) before clip_grad_norm_."
+    )
+
+
+def test_e3_clipping_before_unscale_but_returning_the_true_norm_fails_on_the_parameters():
+    def sneaky(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+        x, y = batch
+        with torch.autocast(device_type=x.device.type, dtype=dtype):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) / scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item(), grad_norm.item()
+
+    message = failure(check_amp_train_step, sneaky)
+    assert message.startswith(
+        FIRST_E3 + "after the step the parameter 0.weight differs from the reference step"
+    )
+    assert re.search(r"the update you applied has norm \S+, \S+x the expected update", message), message
+
+
+def test_e3_not_clipping_fails_on_the_parameters():
+    def no_clip(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+        return amp_train_step(model, batch, optimizer, scaler, 1e9, dtype)
+
+    message = failure(check_amp_train_step, no_clip)
+    assert message.startswith(
+        FIRST_E3 + "after the step the parameter 0.weight differs from the reference step"
+    )
+
+
+def test_e3_forgetting_update_fails():
+    def no_update(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+        x, y = batch
+        with torch.autocast(device_type=x.device.type, dtype=dtype):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item(), grad_norm.item()
+
+    message = failure(check_amp_train_step, no_update)
+    assert message == (
+        FIRST_E3 + "after the step the scaler's scale should be 131,072 (it was 65,536); it is 65,536. Call "
+        "scaler.update() once after scaler.step()."
+    )
+
+
+def test_e3_without_autocast_fails():
+    def fp32(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+        x, y = batch
+        loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item(), grad_norm.item()
+
+    message = failure(check_amp_train_step, fp32)
+    assert message == (
+        FIRST_E3 + "the forward pass should run under torch.autocast(device_type=x.device.type, "
+        "dtype=torch.float16); the first Linear layer's output was torch.float32."
+    )
+
+
+def test_e3_ignoring_the_dtype_argument_fails_on_bf16():
+    def always_fp16(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+        return amp_train_step(model, batch, optimizer, scaler, max_norm, torch.float16)
+
+    message = failure(check_amp_train_step, always_fp16)
+    assert message.startswith(E3 + "bf16, max_norm=0.05, a disabled GradScaler (bf16 needs none), step 1: ")
+    assert message.endswith("dtype=torch.bfloat16); the first Linear layer's output was torch.float16.")
+
+
+def test_e3_not_zeroing_the_gradients_fails():
+    def keeps_grads(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+        x, y = batch
+        with torch.autocast(device_type=x.device.type, dtype=dtype):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        return loss.item(), grad_norm.item()
+
+    message = failure(check_amp_train_step, keeps_grads)
+    assert message == (
+        FIRST_E3
+        + "after the step the gradients should be cleared with optimizer.zero_grad(set_to_none=True); "
+        "0.weight still has a .grad."
+    )
+
+
+def test_e3_returning_the_scaled_loss_fails_with_a_hint():
+    def scaled_loss(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+        x, y = batch
+        with torch.autocast(device_type=x.device.type, dtype=dtype):
+            loss = F.cross_entropy(model(x), y)
+        scaled = scaler.scale(loss)
+        scaled.backward()
+        scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        return scaled.item(), grad_norm.item()
+
+    message = failure(check_amp_train_step, scaled_loss)
+    assert message.startswith(FIRST_E3 + "the returned loss is too high")
+    assert message.endswith(
+        "That is the loss scale (65,536) times too big: return the loss itself (loss.item()), not the scaled loss."
+    )
+
+
+def test_e3_returning_tensors_fails():
+    def tensors(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+        x, y = batch
+        with torch.autocast(device_type=x.device.type, dtype=dtype):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach(), grad_norm
+
+    message = failure(check_amp_train_step, tensors)
+    assert message == FIRST_E3 + "the loss should be a Python float (use .item()); got a tensor."
+
+
+def test_e3_calling_gradscaler_internals_fails_on_the_forwarding_scaler():
+    def internals(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+        if scaler._enabled:  # not public API: the forwarding scaler has no such attribute
+            pass
+        return amp_train_step(model, batch, optimizer, scaler, max_norm, dtype)
+
+    message = failure(check_amp_train_step, internals)
+    assert message.startswith(
+        E3 + "bf16, max_norm=0.05, a scaler object that only has GradScaler's public methods, step 1: your "
+        "function raised AttributeError"
+    )
+
+
+def test_e3_an_overflow_step_must_not_raise_or_step():
+    def error_if_nonfinite(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+        x, y = batch
+        with torch.autocast(device_type=x.device.type, dtype=dtype):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, error_if_nonfinite=True)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item(), grad_norm.item()
+
+    message = failure(check_amp_train_step, error_if_nonfinite)
+    assert message.startswith(
+        E3
+        + "fp16, an input beyond fp16's range at step 2 (overflow), step 2: your function raised RuntimeError"
+    )
+
+    def plain_step(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+        """Ignores the scaler's verdict: steps the optimizer itself."""
+        x, y = batch
+        with torch.autocast(device_type=x.device.type, dtype=dtype):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item(), grad_norm.item()
+
+    message = failure(check_amp_train_step, plain_step)
+    assert message.startswith(
+        E3 + "fp16, an input beyond fp16's range at step 2 (overflow), step 2: after the step the parameter "
+        "0.weight differs from the reference step on an identical model"
+    )
+    assert "the optimizer step should have been skipped" in message
+
+
+# ---- e4: measure_amp_step (the GPU check's logic, run on the CPU) ------------------------------------------------
+
+E4 = "e4_measure_amp_step: case "
+
+
+def test_e4_seconds_instead_of_milliseconds_fails():
+    def seconds(model, batch, optimizer, dtype, steps=10):
+        result = measure_amp_step(model, batch, optimizer, dtype, steps)
+        return {**result, "step_ms": result["step_ms"] / 1000}
+
+    message = failure(check_measure_amp_step_on_cpu, seconds)
+    assert message.startswith(E4 + "bf16 autocast, mlp([32, 64, 64, 10]), batch 256 on cpu: step_ms = ")
+    assert "tolerance: a factor of 20" in message
+
+
+def test_e4_ignoring_dtype_fails_on_the_peak():
+    def always_fp32(model, batch, optimizer, dtype, steps=10):
+        return measure_amp_step(model, batch, optimizer, None, steps)
+
+    message = failure(check_measure_amp_step_on_cpu, always_fp32)
+    assert message.startswith(
+        E4 + "bf16 autocast, mlp([32, 64, 64, 10]), batch 256 on cpu: expected peak_bytes (the peak over the "
+        "timed steps, from memlab.measure.track_memory) = "
+    )
+
+
+def test_e4_a_tracker_that_does_not_know_the_model_fails_on_the_cpu():
+    """On the CPU the tracker only counts what it is told existed before (on CUDA the allocator counts all)."""
+
+    def untold(model, batch, optimizer, dtype, steps=10):
+        x, y = batch
+        with track_memory() as trace:
+            start = time.perf_counter()
+            for _ in range(steps):
+                with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                    loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            elapsed = time.perf_counter() - start
+        return {"step_ms": 1000 * elapsed / steps, "peak_bytes": trace.peak_bytes}
+
+    message = failure(check_measure_amp_step_on_cpu, untold)
+    assert "expected peak_bytes" in message
+
+
+def test_e4_missing_keys_are_listed():
+    message = failure(
+        check_measure_amp_step_on_cpu, lambda model, batch, optimizer, dtype, steps=10: {"ms": 1.0}
+    )
+    assert message.endswith(
+        "the returned dict is missing the key(s) ['step_ms', 'peak_bytes']; it has ['ms']."
+    )
+
+
+def test_e4_on_a_machine_without_a_gpu_says_not_checked_here(no_gpu, capsys):
+    assert check_measure_amp_step(measure_amp_step) is None
+    assert capsys.readouterr().out == (
+        "NOT CHECKED HERE: needs a CUDA GPU (compute capability >= 8.0), found no CUDA GPU\n"
+    )
+
+
+def test_e4_when_grading_strictly_without_a_gpu_raises_not_graded_here(no_gpu, monkeypatch, capsys):
+    monkeypatch.setenv(kit.GRADING_ENV, "strict")
+    with pytest.raises(
+        NotGradedHere, match=r"^NOT CHECKED HERE: needs a CUDA GPU \(compute capability >= 8\.0\)"
+    ):
+        check_measure_amp_step(measure_amp_step)
+    assert capsys.readouterr().out == ""
+
+
+def test_e4_on_a_gpu_without_bf16_tensor_cores_says_not_checked_here(monkeypatch, capsys):
+    info = {"name": "Tesla T4", "capability": (7, 5), "total_gb": 15.0, "free_gb": 14.0}
+    monkeypatch.setattr(hardware, "gpu_info", lambda index=0: info)
+    assert check_measure_amp_step(measure_amp_step) is None
+    assert capsys.readouterr().out == (
+        "NOT CHECKED HERE: needs compute capability >= 8.0, found Tesla T4 (capability 7.5)\n"
+    )
