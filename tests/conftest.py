@@ -10,8 +10,32 @@ from types import SimpleNamespace
 
 import pytest
 
+import autograders.kit as kit
+import memlab.hardware as hardware
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+# ---- the grading mode and the GPU, as a check sees them ----------------------------------------------------------
+
+
+@pytest.fixture
+def learner_mode(monkeypatch):
+    """A learner's notebook: a check whose hardware is missing prints NOT CHECKED HERE."""
+    monkeypatch.delenv(kit.GRADING_ENV, raising=False)
+
+
+@pytest.fixture
+def strict_mode(monkeypatch):
+    """scripts/grade.py's kernel: a check whose hardware is missing raises NotGradedHere."""
+    monkeypatch.setenv(kit.GRADING_ENV, "strict")
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """Behave as this CPU machine does, even where the suite runs on a GPU box."""
+    monkeypatch.setattr(hardware, "gpu_info", lambda index=0: None)
 
 
 # ---- the nbgrader pipeline: one grading run of the real lessons, shared by test_grading_roundtrip.py and

@@ -11,6 +11,7 @@ import re
 
 import pytest
 import torch
+from check_helpers import assert_hidden
 
 import autograders.kit as kit
 from autograders.kit import CheckFailed, NotGradedHere
@@ -89,16 +90,7 @@ ALL_CHECKS = [
 ]
 
 
-def assert_hidden(message: str, *values) -> None:
-    """A reveal=False check must not print the number the exercise asks for, in any spelling."""
-    for value in values:
-        for spelling in (f"{value:,}", f"{value}", f"{int(value)}", f"{float(value):.6g}"):
-            assert spelling not in message, (spelling, message)
-
-
-@pytest.fixture(autouse=True)
-def learner_mode(monkeypatch):
-    monkeypatch.delenv(kit.GRADING_ENV, raising=False)
+pytestmark = pytest.mark.usefixtures("learner_mode")
 
 
 # ---- the reference solution passes every check ------------------------------------------------------------

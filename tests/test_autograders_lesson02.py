@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from check_helpers import assert_hidden
 
-import autograders.kit as kit
 from autograders import lesson02
 from autograders.kit import CheckFailed
 from autograders.lesson02 import check_decode, check_format_limits, check_round_to_bf16, check_ulp
@@ -79,23 +79,11 @@ ALL_CHECKS = [check_decode, check_format_limits, check_round_to_bf16, check_ulp]
 IDS = ["e1", "e2", "e3", "e4"]
 
 
-def assert_hidden(message: str, *values) -> None:
-    """A check must not print the value the exercise asks for, in any spelling."""
-    for value in values:
-        spellings = {f"{value}", f"{float(value):.6g}", f"{float(value)!r}"}
-        if float(value).is_integer():
-            spellings |= {f"{int(value)}", f"{int(value):,}"}
-        for spelling in spellings:
-            assert spelling not in message, (spelling, message)
-
-
 def hex32(value: float) -> str:
     return f"0x{torch.tensor([value]).view(torch.int32).item() & 0xFFFFFFFF:08X}"
 
 
-@pytest.fixture(autouse=True)
-def learner_mode(monkeypatch):
-    monkeypatch.delenv(kit.GRADING_ENV, raising=False)
+pytestmark = pytest.mark.usefixtures("learner_mode")
 
 
 # ---- the reference solution passes every check, fast ------------------------------------------------------------

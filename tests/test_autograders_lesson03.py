@@ -14,6 +14,7 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
+from check_helpers import assert_hidden, failure
 
 import autograders.kit as kit
 import memlab.hardware as hardware
@@ -151,28 +152,7 @@ def check_measure_amp_step_on_cpu(fn) -> int:
 CPU_CHECKS = [check_underflow_fraction, check_dynamic_loss_scaler, check_amp_train_step]
 
 
-def assert_hidden(message: str, *values) -> None:
-    """A reveal=False check must not print the number the exercise asks for, in any spelling."""
-    for value in values:
-        for spelling in (f"{value}", f"{value:.6g}", f"{value:.4g}", f"{value:.3g}"):
-            assert spelling not in message, (spelling, message)
-
-
-@pytest.fixture(autouse=True)
-def learner_mode(monkeypatch):
-    monkeypatch.delenv(kit.GRADING_ENV, raising=False)
-
-
-@pytest.fixture
-def no_gpu(monkeypatch):
-    """Behave as this CPU machine does, even where the suite runs on a GPU box."""
-    monkeypatch.setattr(hardware, "gpu_info", lambda index=0: None)
-
-
-def failure(check_fn, answer) -> str:
-    with pytest.raises(CheckFailed) as info:
-        check_fn(answer)
-    return str(info.value)
+pytestmark = pytest.mark.usefixtures("learner_mode")
 
 
 # ---- the reference solution passes every check ------------------------------------------------------------

@@ -32,22 +32,6 @@ KIT_FILE = os.path.abspath(kit.__file__)
 THIS_FILE = os.path.abspath(__file__)
 
 
-@pytest.fixture
-def learner_mode(monkeypatch):
-    monkeypatch.delenv(kit.GRADING_ENV, raising=False)
-
-
-@pytest.fixture
-def strict_mode(monkeypatch):
-    monkeypatch.setenv(kit.GRADING_ENV, "strict")
-
-
-@pytest.fixture
-def no_gpu(monkeypatch):
-    """Behave as this CPU machine does, even where the suite runs on a GPU box."""
-    monkeypatch.setattr(hardware, "gpu_info", lambda index=0: None)
-
-
 def fake_gpu(monkeypatch, capability=(7, 5), total_gb=15.0):
     info = {"name": "Tesla T4", "capability": capability, "total_gb": total_gb, "free_gb": total_gb - 1}
     monkeypatch.setattr(hardware, "gpu_info", lambda index=0: info)
