@@ -11,7 +11,7 @@ import re
 
 import pytest
 import torch
-from check_helpers import assert_hidden
+from check_helpers import assert_hidden, failure
 
 import autograders.kit as kit
 from autograders.kit import CheckFailed, NotGradedHere
@@ -182,9 +182,7 @@ def test_e1_counting_shared_storages_twice_fails():
             if isinstance(value, torch.Tensor)
         )
 
-    with pytest.raises(CheckFailed) as info:
-        check_optimizer_state_bytes(per_tensor_nbytes)
-    message = str(info.value)
+    message = failure(check_optimizer_state_bytes, per_tensor_nbytes)
     assert message.startswith(
         "e1_optimizer_state_bytes: case bitsandbytes AdamW8bit (shared quantisation maps): "
     )
@@ -201,9 +199,7 @@ def test_e1_forgetting_to_skip_non_tensors_fails_with_the_error():
     def no_skip(optimizer):
         return sum(value.untyped_storage().nbytes() for s in optimizer.state.values() for value in s.values())
 
-    with pytest.raises(CheckFailed) as info:
-        check_optimizer_state_bytes(no_skip)
-    message = str(info.value)
+    message = failure(check_optimizer_state_bytes, no_skip)
     assert (
         "case bitsandbytes AdamW8bit (shared quantisation maps): your function raised AttributeError"
         in message
@@ -257,11 +253,10 @@ def test_e2_variant_helper_agrees_with_the_reference():
 
 @needs_bnb
 def test_e2_forgetting_the_quantisation_maps_fails():
-    with pytest.raises(CheckFailed) as info:
-        check_adamw8bit_state_bytes(
-            lambda shapes, min_8bit_size=4096: _e2_variant(shapes, min_8bit_size, qmaps="none")
-        )
-    message = str(info.value)
+    message = failure(
+        check_adamw8bit_state_bytes,
+        lambda shapes, min_8bit_size=4096: _e2_variant(shapes, min_8bit_size, qmaps="none"),
+    )
     assert message.startswith("e2_adamw8bit_state_bytes: case one 64x128 matrix: ")
     assert "too low" in message and "(exactly)" in message
     assert_hidden(message, adamw8bit_state_bytes([(64, 128)]))
@@ -271,9 +266,7 @@ def test_e2_forgetting_the_quantisation_maps_fails():
 def test_e2_counting_the_quantisation_maps_per_parameter_fails():
     """The maps are shared by all 8-bit parameters: the two-matrix case tells per-parameter maps apart."""
     wrong = lambda shapes, min_8bit_size=4096: _e2_variant(shapes, min_8bit_size, qmaps="per parameter")  # noqa: E731
-    with pytest.raises(CheckFailed) as info:
-        check_adamw8bit_state_bytes(wrong)
-    message = str(info.value)
+    message = failure(check_adamw8bit_state_bytes, wrong)
     assert message.startswith("e2_adamw8bit_state_bytes: case a small MLP's shapes (two 8-bit matrices): ")
     assert "too high" in message
     assert_hidden(message, adamw8bit_state_bytes([(128, 64), (128,), (40, 128), (40,)]))
@@ -281,11 +274,10 @@ def test_e2_counting_the_quantisation_maps_per_parameter_fails():
 
 @needs_bnb
 def test_e2_forgetting_absmax_fails():
-    with pytest.raises(CheckFailed) as info:
-        check_adamw8bit_state_bytes(
-            lambda shapes, min_8bit_size=4096: _e2_variant(shapes, min_8bit_size, absmax=False)
-        )
-    message = str(info.value)
+    message = failure(
+        check_adamw8bit_state_bytes,
+        lambda shapes, min_8bit_size=4096: _e2_variant(shapes, min_8bit_size, absmax=False),
+    )
     assert message.startswith("e2_adamw8bit_state_bytes: case one 64x128 matrix: ")
     assert "too low" in message and "0.986x the expected value" in message
     assert_hidden(message, adamw8bit_state_bytes([(64, 128)]))
@@ -294,9 +286,7 @@ def test_e2_forgetting_absmax_fails():
 @needs_bnb
 def test_e2_ignoring_min_8bit_size_fails():
     wrong = lambda shapes, min_8bit_size=4096: _e2_variant(shapes, min_8bit_size, honour_min=False)  # noqa: E731
-    with pytest.raises(CheckFailed) as info:
-        check_adamw8bit_state_bytes(wrong)
-    message = str(info.value)
+    message = failure(check_adamw8bit_state_bytes, wrong)
     assert message.startswith("e2_adamw8bit_state_bytes: case min_8bit_size lowered to 100: ")
     assert "too high" in message
     assert_hidden(message, adamw8bit_state_bytes([(50, 50), (50,)], 100))
@@ -348,9 +338,7 @@ def _inputs(widths, batch, optimizer):
 
 def test_e3_forgetting_the_inputs_fails():
     wrong = _adjusted(after_forward=_inputs, after_backward=_inputs, after_optimizer_step=_inputs)
-    with pytest.raises(CheckFailed) as info:
-        check_predict_live_bytes(wrong)
-    message = str(info.value)
+    message = failure(check_predict_live_bytes, wrong)
     assert message.startswith(
         "e3_predict_live_bytes: " + FIRST_E3_CASE + "the live bytes after forward is too low"
     )
@@ -363,9 +351,7 @@ def test_e3_counting_the_relu_output_twice_fails():
     wrong = _adjusted(
         after_forward=lambda widths, batch, optimizer: -sum(4 * batch * w for w in widths[1:-1])
     )
-    with pytest.raises(CheckFailed) as info:
-        check_predict_live_bytes(wrong)
-    message = str(info.value)
+    message = failure(check_predict_live_bytes, wrong)
     assert message.startswith(
         "e3_predict_live_bytes: " + FIRST_E3_CASE + "the live bytes after forward is too high"
     )
@@ -404,9 +390,7 @@ def test_e3_adamw_state_for_every_optimizer_fails_on_sgd():
     def always_adamw(widths, batch, optimizer):
         return predict_live_bytes(widths, batch, "adamw")
 
-    with pytest.raises(CheckFailed) as info:
-        check_predict_live_bytes(always_adamw)
-    message = str(info.value)
+    message = failure(check_predict_live_bytes, always_adamw)
     assert (
         "case widths=[64, 256, 256, 4], batch=8, sgd-momentum: the live bytes after optimizer step is too high"
         in (message)
@@ -422,9 +406,7 @@ def test_e3_wrong_keys_fail_and_list_the_missing_ones():
             "step": result["after optimizer step"],
         }
 
-    with pytest.raises(CheckFailed) as info:
-        check_predict_live_bytes(short_keys)
-    assert str(info.value) == (
+    assert failure(check_predict_live_bytes, short_keys) == (
         "e3_predict_live_bytes: " + FIRST_E3_CASE + "the returned dict is missing the key(s) "
         "['after forward', 'after backward', 'after optimizer step']; it has ['backward', 'forward', 'step']."
     )
@@ -453,9 +435,7 @@ def test_e4_ignoring_grouped_query_attention_fails():
             * bytes_per_value
         )
 
-    with pytest.raises(CheckFailed) as info:
-        check_kv_cache_bytes(all_heads)
-    message = str(info.value)
+    message = failure(check_kv_cache_bytes, all_heads)
     # the multi-head case passes (all heads are KV heads); 8 query heads over 2 KV heads is 4x too much
     assert message.startswith("e4_kv_cache_bytes: case grouped-query attention (2 KV heads): ")
     assert "the KV-cache bytes is too high" in message and "4x the expected value" in message
@@ -486,9 +466,7 @@ def test_e5_forgetting_the_master_copy_fails():
         state = {"sgd": 0, "sgd-momentum": 4, "adamw": 8, "adamw-8bit": 2, "lion": 4}[optimizer]
         return n_params * value_bytes + n_trainable * (value_bytes + state)
 
-    with pytest.raises(CheckFailed) as info:
-        check_training_state_bytes(no_master)
-    message = str(info.value)
+    message = failure(check_training_state_bytes, no_master)
     assert message.startswith("e5_training_state_bytes: case 7B full fine-tuning, bf16 + AdamW: ")
     assert "too low" in message and "0.75x the expected value" in message  # 12 of 16 bytes per parameter
     assert_hidden(message, 16 * N7B)
@@ -501,9 +479,7 @@ def test_e5_optimizer_state_for_frozen_parameters_fails():
         master = 0 if weights == "fp32" else 4
         return n_params * (value_bytes + state) + n_trainable * (value_bytes + master)
 
-    with pytest.raises(CheckFailed) as info:
-        check_training_state_bytes(state_for_all)
-    message = str(info.value)
+    message = failure(check_training_state_bytes, state_for_all)
     # full fine-tuning cases pass (every parameter is trainable); LoRA is where it shows
     assert message.startswith("e5_training_state_bytes: case 7B LoRA r=8 on q,v, bf16 base: ")
     assert "too high" in message
@@ -517,9 +493,7 @@ def test_e5_unknown_optimizer_name_fails_with_the_key_error():
         master = 0 if weights == "fp32" else 4
         return n_params * value_bytes + n_trainable * (value_bytes + master + state)
 
-    with pytest.raises(CheckFailed) as info:
-        check_training_state_bytes(no_lion)
-    message = str(info.value)
+    message = failure(check_training_state_bytes, no_lion)
     assert message.startswith(
         "e5_training_state_bytes: case 125M fp16 + Lion: your function raised KeyError: 'lion'"
     )

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from check_helpers import assert_hidden
+from check_helpers import assert_hidden, failure
 
 from autograders import lesson02
 from autograders.kit import CheckFailed
@@ -86,7 +86,7 @@ def hex32(value: float) -> str:
 pytestmark = pytest.mark.usefixtures("learner_mode")
 
 
-# ---- the reference solution passes every check, fast ------------------------------------------------------------
+# ---- the reference solution passes every check ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -192,9 +192,7 @@ def test_e1_variant_helper_agrees_with_the_reference():
 
 def test_e1_forgetting_subnormals_fails_on_the_first_subnormal():
     """The implicit 1 applied to exponent field 0 (zeros handled apart, as most learners do)."""
-    with pytest.raises(CheckFailed) as info:
-        check_decode(_decode_variant(subnormals=False, zero=0.0))
-    message = str(info.value)
+    message = failure(check_decode, _decode_variant(subnormals=False, zero=0.0))
     assert message.startswith(
         "e1_decode: case fp16: 2,047 of 65,536 bit patterns decode wrongly. The first is 0x0001 = sign 0 | "
         "exponent 00000 | mantissa 0000000001 (a subnormal); your decode returned "
@@ -204,18 +202,14 @@ def test_e1_forgetting_subnormals_fails_on_the_first_subnormal():
 
 
 def test_e1_a_bias_off_by_one_fails():
-    with pytest.raises(CheckFailed) as info:
-        check_decode(_decode_variant(bias_shift=1))
-    message = str(info.value)
+    message = failure(check_decode, _decode_variant(bias_shift=1))
     assert message.startswith("e1_decode: case fp16: ")
     assert "The first is 0x0001" in message and "too low: 0.5x the expected value" in message
     assert_hidden(message, 2.0**-24)
 
 
 def test_e1_treating_e4m3_as_ieee_fails_on_its_top_binade():
-    with pytest.raises(CheckFailed) as info:
-        check_decode(_decode_variant(e4m3_ieee=True))
-    message = str(info.value)
+    message = failure(check_decode, _decode_variant(e4m3_ieee=True))
     assert message == (
         "e1_decode: case fp8_e4m3: 14 of 256 bit patterns decode wrongly. The first is 0x78 = sign 0 | "
         "exponent 1111 | mantissa 000 (a normal number: in fp8_e4m3's fn variant the all-ones exponent is an "
@@ -245,9 +239,7 @@ def test_e1_returning_numpy_float32_fails_on_the_type():
 
 
 def test_e1_decoding_minus_zero_as_zero_fails():
-    with pytest.raises(CheckFailed) as info:
-        check_decode(_decode_variant(zero=0.0))
-    message = str(info.value)
+    message = failure(check_decode, _decode_variant(zero=0.0))
     assert message == (
         "e1_decode: case fp16: 1 of 65,536 bit patterns decode wrongly. The first is 0x8000 = sign 1 | exponent "
         "00000 | mantissa 0000000000 (a zero exponent with a zero mantissa); your decode returned 0.0. Look again "
@@ -261,9 +253,7 @@ def test_e1_nan_for_infinity_fails_without_saying_infinity():
         value = decode(bits, fmt)
         return math.nan if math.isinf(value) else value
 
-    with pytest.raises(CheckFailed) as info:
-        check_decode(no_inf)
-    message = str(info.value)
+    message = failure(check_decode, no_inf)
     assert message.startswith(
         "e1_decode: case fp16: 2 of 65,536 bit patterns decode wrongly. The first is 0x7C00"
     )
@@ -275,9 +265,7 @@ def test_e1_a_mistake_only_in_fp32_is_found_by_the_sample():
     def no_fp32_subnormals(bits, fmt):
         return 0.0 if fmt == "fp32" and bits >> 23 & 0xFF == 0 else decode(bits, fmt)
 
-    with pytest.raises(CheckFailed) as info:
-        check_decode(no_fp32_subnormals)
-    message = str(info.value)
+    message = failure(check_decode, no_fp32_subnormals)
     assert message.startswith("e1_decode: case fp32: ")
     assert "The first is 0x80000000" in message  # -0.0 returned as 0.0, before the subnormals
 
@@ -299,9 +287,7 @@ def test_e1_an_error_in_the_learner_code_names_the_pattern():
 
 
 def test_e2_ignoring_fn_fails_on_e4m3():
-    with pytest.raises(CheckFailed) as info:
-        check_format_limits(lambda e, m, nan_encoding="ieee": format_limits(e, m))
-    message = str(info.value)
+    message = failure(check_format_limits, lambda e, m, nan_encoding="ieee": format_limits(e, m))
     assert message == (
         "e2_format_limits: case format_limits(4, 3, 'fn') (fp8_e4m3): \"max\" is too low: you got 240, which is "
         "0.536x the expected value (exactly)."
@@ -313,9 +299,7 @@ def test_e2_unit_roundoff_instead_of_eps_fails():
     def half_eps(e, m, nan_encoding="ieee"):
         return format_limits(e, m, nan_encoding) | {"eps": 2.0 ** -(m + 1)}
 
-    with pytest.raises(CheckFailed) as info:
-        check_format_limits(half_eps)
-    message = str(info.value)
+    message = failure(check_format_limits, half_eps)
     assert message.startswith('e2_format_limits: case format_limits(8, 23) (fp32): "eps" is too low: ')
     assert "0.5x the expected value" in message
     assert_hidden(message, 2.0**-23)
@@ -335,9 +319,7 @@ def test_e2_max_with_the_all_ones_mantissa_of_ieee_fails():
 
 
 def test_e2_missing_keys_are_listed():
-    with pytest.raises(CheckFailed) as info:
-        check_format_limits(lambda e, m, nan_encoding="ieee": {"max": 1.0, "eps": 1.0})
-    assert str(info.value) == (
+    assert failure(check_format_limits, lambda e, m, nan_encoding="ieee": {"max": 1.0, "eps": 1.0}) == (
         "e2_format_limits: case format_limits(8, 23) (fp32): the returned dict is missing the key(s) "
         "['min_normal', 'min_subnormal']; it has ['eps', 'max']."
     )
@@ -358,9 +340,7 @@ def test_e2_an_overflowing_fp64_max_fails_with_the_error():
 
 
 def test_e3_truncating_fails_on_ordinary_values():
-    with pytest.raises(CheckFailed) as info:
-        check_round_to_bf16(lambda x: (x.view(torch.int32) & -0x10000).view(torch.float32))
-    message = str(info.value)
+    message = failure(check_round_to_bf16, lambda x: (x.view(torch.int32) & -0x10000).view(torch.float32))
     assert message.startswith("e3_round_to_bf16: case ordinary values: ")
     assert "The first: input 0x3DCCCCCD (a normal number, low 16 bits 0xCCCD: above halfway" in message
     assert "-> you returned 0x3DCC0000 (0.099609375)." in message
@@ -368,9 +348,9 @@ def test_e3_truncating_fails_on_ordinary_values():
 
 
 def test_e3_rounding_ties_away_from_zero_fails_on_a_tie():
-    with pytest.raises(CheckFailed) as info:
-        check_round_to_bf16(lambda x: ((x.view(torch.int32) + 0x8000) & -0x10000).view(torch.float32))
-    message = str(info.value)
+    message = failure(
+        check_round_to_bf16, lambda x: ((x.view(torch.int32) + 0x8000) & -0x10000).view(torch.float32)
+    )
     assert message.startswith(
         "e3_round_to_bf16: case exact ties that round down to even: 4 of 4 elements are wrong."
     )
@@ -385,9 +365,7 @@ def test_e3_nan_turned_into_inf_fails():
         bits = x.view(torch.int32)
         return ((bits + 0x7FFF + ((bits >> 16) & 1)) & -0x10000).view(torch.float32)
 
-    with pytest.raises(CheckFailed) as info:
-        check_round_to_bf16(no_nan_care)
-    message = str(info.value)
+    message = failure(check_round_to_bf16, no_nan_care)
     assert message == (
         "e3_round_to_bf16: case NaNs with a payload only in the low 16 bits: 4 of 4 elements are wrong. The first: "
         "input 0x7F800001 (a NaN with a payload only in the low 16 bits) -> you returned 0x7F800000 (inf)."
@@ -402,17 +380,13 @@ def test_e3_nan_wrapped_by_the_rounding_bias_fails():
         bits = torch.where(torch.isnan(x), bits | 0x00400000, bits)
         return ((bits + 0x7FFF + ((bits >> 16) & 1)) & -0x10000).view(torch.float32)
 
-    with pytest.raises(CheckFailed) as info:
-        check_round_to_bf16(wraps)
-    message = str(info.value)
+    message = failure(check_round_to_bf16, wraps)
     assert message.startswith("e3_round_to_bf16: case NaNs with every bit set: 2 of 4 elements are wrong.")
     assert "input 0x7FFFFFFF (a NaN) -> you returned 0x80000000 (-0.0)." in message
 
 
 def test_e3_nan_kept_with_its_low_bits_fails():
-    with pytest.raises(CheckFailed) as info:
-        check_round_to_bf16(lambda x: torch.where(torch.isnan(x), x, round_to_bf16(x)))
-    message = str(info.value)
+    message = failure(check_round_to_bf16, lambda x: torch.where(torch.isnan(x), x, round_to_bf16(x)))
     assert message.startswith("e3_round_to_bf16: case NaNs with a payload only in the low 16 bits: 4 of 4 ")
     assert message.endswith("(nan). That is a NaN, but not a bf16 one: its low 16 bits must be zero too.")
 
@@ -432,9 +406,7 @@ def test_e3_modifying_the_input_fails():
         bits.add_(0x7FFF).add_(lsb).bitwise_and_(-0x10000)
         return x
 
-    with pytest.raises(CheckFailed) as info:
-        check_round_to_bf16(in_place)
-    assert str(info.value) == (
+    assert failure(check_round_to_bf16, in_place) == (
         "e3_round_to_bf16: case ordinary values: your function changed its input (6 of 8 elements): leave x as it "
         "is and return a new tensor."
     )
@@ -468,9 +440,7 @@ def test_e4_the_ulp_below_at_powers_of_two_fails():
             return 2.0 ** (emin - m_bits)
         return 2.0 ** (max(math.ceil(math.log2(abs(x))) - 1, emin) - m_bits)
 
-    with pytest.raises(CheckFailed) as info:
-        check_ulp(ulp_below)
-    message = str(info.value)
+    message = failure(check_ulp, ulp_below)
     assert message == (
         "e4_ulp: case ulp(1.0, 'fp32'), one: the ulp is too low: you got 5.96046e-08, which is 0.5x the expected "
         "value (exactly)."
@@ -485,9 +455,7 @@ def test_e4_ignoring_subnormals_fails():
             return ulp(x, fmt)
         return 2.0 ** (math.frexp(x)[1] - 1 - m_bits)
 
-    with pytest.raises(CheckFailed) as info:
-        check_ulp(no_subnormals)
-    message = str(info.value)
+    message = failure(check_ulp, no_subnormals)
     assert message.startswith("e4_ulp: case ulp(1.1754942106924411e-38, 'fp32'), the largest subnormal: ")
     assert "the ulp is too low" in message
     assert_hidden(message, 2.0**-149)

@@ -149,9 +149,6 @@ def check_measure_amp_step_on_cpu(fn) -> int:
     return run_measure_amp_step_check(fn, "cpu")
 
 
-CPU_CHECKS = [check_underflow_fraction, check_dynamic_loss_scaler, check_amp_train_step]
-
-
 pytestmark = pytest.mark.usefixtures("learner_mode")
 
 
