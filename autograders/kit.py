@@ -2,13 +2,21 @@
 
 A check is a function decorated with `@check("eK_slug")` that takes the learner's object, runs it on its own cases
 and returns how many cases it ran. The decorator turns every failure into one `CheckFailed` with a message that
-says which case, what was expected, what was got and the tolerance, raised from the check's own frame so the
-learner sees no traceback from inside the kit. On success it prints one line and returns None (nbgrader would read
-a returned value as partial credit).
+says which case, what was expected, what was got and the tolerance, raised from the check's own frame; in a
+notebook it is shown as that message alone (memlab.notebook), still as an error, so nbgrader, Validate and nbval
+count the cell as failed. On success it prints one line and returns None (nbgrader would read a returned value as
+partial credit).
 
-`@requires(...)` declares hardware or packages a check needs. Where they are missing, a learner sees
+Stages, in this order, so that an unwritten exercise never passes on any machine: `expect_callable` (defined, a
+function or class, not the lesson's stub), then whatever runs here (a tiny run on the CPU, the type of the result),
+then `needs_hardware(...)` before the part that needs a GPU or a package. Where that is missing, a learner sees
 `NOT CHECKED HERE: needs ..., found ...`; under `COURSE_GRADING=strict` (set by scripts/grade.py) the check raises
-`NotGradedHere` with the same text instead, so the instructor sees why the cell scored 0.
+`NotGradedHere` with the same text, so the instructor sees why the cell scored 0.
+
+The grading mode and the grading seed are read once, when the kit is imported: scripts/grade.py imports it before
+any submitted code runs. Under strict grading a check also runs cases drawn from `grading_seed()`, so that an answer
+hard-coded to the public cases fails, and a passed check announces itself with `sys.audit(PASS_EVENT, name, n)`,
+which scripts/grade_sandbox.py verifies (it is a no-op anywhere else).
 """
 
 from __future__ import annotations
@@ -17,23 +25,43 @@ import functools
 import math
 import numbers
 import os
+import sys
 import traceback
 
 from memlab.hardware import unmet_requirements
+from memlab.notebook import LessonMessage, unwritten_parts
 
 GRADING_ENV = "COURSE_GRADING"
+SEED_ENV = "COURSE_GRADING_SEED"
+PASS_EVENT = "memlab.check.passed"
+
+_STRICT = os.environ.get(GRADING_ENV, "").lower() == "strict"
+_SEED = int(os.environ[SEED_ENV]) if _STRICT and os.environ.get(SEED_ENV, "").isdigit() else None
 
 
-class CheckFailed(AssertionError):
+class CheckFailed(LessonMessage, AssertionError):
     """The learner's answer is wrong; the message says how."""
 
 
-class NotGradedHere(RuntimeError):
+class NotGradedHere(LessonMessage, RuntimeError):
     """Strict grading on a machine that lacks what the check needs."""
 
 
+class NotCheckedHere(Exception):
+    """Raised by `needs_hardware` inside a check; `@check` turns it into the learner's line or NotGradedHere."""
+
+    def __init__(self, needs: str, found: str, passed: str):
+        super().__init__(f"NOT CHECKED HERE: needs {needs}, found {found}")
+        self.passed = passed
+
+
 def grading_strict() -> bool:
-    return os.environ.get(GRADING_ENV, "").lower() == "strict"
+    return _STRICT
+
+
+def grading_seed() -> int | None:
+    """The seed of the cases drawn at grading time (strict grading only; None for a learner)."""
+    return _SEED
 
 
 def check(name: str):
@@ -46,6 +74,12 @@ def check(name: str):
                 n_cases = check_fn(*args, **kwargs)
             except CheckFailed as failure:
                 message = f"{name}: {failure}"
+            except NotCheckedHere as missing:
+                if _STRICT:
+                    raise NotGradedHere(str(missing)) from None
+                passed = f" What can be checked here passed: {missing.passed}." if missing.passed else ""
+                print(f"{name}: {missing}.{passed}")
+                return None
             except NotGradedHere:
                 raise
             except Exception as bug:  # a bug in the check itself: say so plainly, never blame the learner
@@ -53,8 +87,12 @@ def check(name: str):
                     f"{name}: the check itself crashed ({type(bug).__name__}: {bug})."
                 ) from bug
             else:
-                if n_cases is not None:  # None: an inner @requires printed NOT CHECKED HERE, so no ✓ line
-                    print(f"✓ {name}: {n_cases} case{'s' if n_cases != 1 else ''} passed")
+                if isinstance(n_cases, bool) or not isinstance(n_cases, int) or n_cases < 1:
+                    raise RuntimeError(
+                        f"{name}: the check itself is broken (it returned {n_cases!r}, not a count)."
+                    )
+                sys.audit(PASS_EVENT, name, n_cases)
+                print(f"✓ {name}: {n_cases} case{'s' if n_cases != 1 else ''} passed")
                 return None
             raise CheckFailed(message) from None
 
@@ -64,40 +102,40 @@ def check(name: str):
     return decorate
 
 
-def requires(
+def needs_hardware(
     cuda: bool = False,
     min_capability: tuple[int, int] | None = None,
     min_gpu_gb: float | None = None,
     packages: tuple[str, ...] = (),
-):
-    """Run the decorated check only where the hardware / packages are present (see module docstring)."""
+    *,
+    passed: str = "",
+) -> None:
+    """Inside a check, after the stages that run anywhere: stop here unless this machine has what the rest needs.
 
-    def decorate(check_fn):
-        @functools.wraps(check_fn)
-        def run(*args, **kwargs):
-            unmet = unmet_requirements(cuda, min_capability, min_gpu_gb, packages)
-            if unmet is None:
-                return check_fn(*args, **kwargs)
-            needs, found = unmet
-            message = f"NOT CHECKED HERE: needs {needs}, found {found}"
-            if grading_strict():
-                raise NotGradedHere(message) from None
-            print(message)
-            return None
-
-        return run
-
-    return decorate
+    `passed` says in a few words what was already checked (shown to the learner next to NOT CHECKED HERE).
+    """
+    unmet = unmet_requirements(cuda, min_capability, min_gpu_gb, packages)
+    if unmet is not None:
+        raise NotCheckedHere(*unmet, passed)
 
 
 # ---- the stages of a check: exists / callable -> type, shape, dtype, device -> values --------------------------
 
 
 def expect_callable(obj, name: str) -> None:
+    """Stage one: `name` is defined, is a function or a class, and is not (entirely or partly) the lesson's stub."""
     if obj is None or obj is ...:
         raise CheckFailed(f"`{name}` is not defined yet (it is None): write it, run its cell, then this one.")
     if not callable(obj):
         raise CheckFailed(f"`{name}` should be a function; got a {type(obj).__name__}.")
+    parts = unwritten_parts(obj)
+    methods = [v for v in vars(obj).values() if callable(v)] if isinstance(obj, type) else [obj]
+    if parts and len(parts) >= len(methods):
+        raise CheckFailed(f"`{name}` is not written yet: it still raises NotImplementedError.")
+    if parts:
+        listed = ", ".join(f"`{p}`" for p in parts)
+        verb = "raises" if len(parts) == 1 else "raise"
+        raise CheckFailed(f"`{name}` is not finished: {listed} still {verb} NotImplementedError.")
 
 
 def call(fn, *args, case: str, **kwargs):
@@ -178,11 +216,28 @@ def expect_close(
     tol_text = _tolerance_text(rtol, atol)
     if reveal:
         raise CheckFailed(f"case {case}: expected {what} = {_num(expected)} ({tol_text}); got {_num(got)}.")
-    direction = "too high" if got > expected else "too low"
-    ratio = f"{got / expected:.3g}x the expected value" if expected else f"off by {_num(got - expected)}"
-    raise CheckFailed(
-        f"case {case}: {what} is {direction}: you got {_num(got)}, which is {ratio} ({tol_text})."
-    )
+    raise CheckFailed(f"case {case}: {what} is {how_far(got, expected)}: you got {_num(got)} ({tol_text}).")
+
+
+def how_far(got: float, expected: float) -> str:
+    """How far `got` is from `expected`, in words that do not give `expected` away ("too high, by less than 1%")."""
+    if expected == 0:
+        return "too high" if got > 0 else "too low"
+    if got == 0:
+        return "zero where it should not be"
+    if (got > 0) != (expected > 0):
+        return "of the wrong sign"
+    direction = "too high" if abs(got) > abs(expected) else "too low"
+    factor = max(abs(got / expected), abs(expected / got))
+    for limit, words in (
+        (1.01, "by less than 1%"),
+        (1.1, "by 1% to 10%"),
+        (2, "by 10% to a factor of 2"),
+        (10, "by a factor of 2 to 10"),
+    ):
+        if factor < limit:
+            return f"{direction}, {words}"
+    return f"{direction}, by more than a factor of 10"
 
 
 def expect_equal(got, expected, *, case: str, what: str, reveal: bool = True) -> None:

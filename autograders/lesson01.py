@@ -18,7 +18,7 @@ from autograders.kit import (
     expect_close,
     expect_keys,
     expect_type,
-    requires,
+    needs_hardware,
 )
 from memlab.estimate import model_state_bytes
 from memlab.measure import OPTIMIZER_STATE, measure_training_step, track_memory
@@ -80,11 +80,15 @@ def check_optimizer_state_bytes(optimizer_state_bytes) -> int:
 
 
 @check("e2_adamw8bit_state_bytes")
-@requires(packages=("bitsandbytes",))
 def check_adamw8bit_state_bytes(adamw8bit_state_bytes) -> int:
+    expect_callable(adamw8bit_state_bytes, "adamw8bit_state_bytes")
+    # what runs without bitsandbytes: the function answers a small question with a byte count
+    first = "one 64x128 matrix"
+    got = call(adamw8bit_state_bytes, [(64, 128)], min_8bit_size=4096, case=first)
+    expect_type(got, numbers.Integral, case=first, what="the byte count")
+    needs_hardware(packages=("bitsandbytes",), passed="your function returns an int")
     import bitsandbytes as bnb
 
-    expect_callable(adamw8bit_state_bytes, "adamw8bit_state_bytes")
     cases = [
         ("one 64x128 matrix", [(64, 128)], 4096),
         ("a small MLP's shapes (two 8-bit matrices)", [(128, 64), (128,), (40, 128), (40,)], 4096),

@@ -23,6 +23,7 @@ from autograders.kit import (
     expect_close,
     expect_keys,
     expect_type,
+    how_far,
 )
 from memlab.formats import FORMATS, LESSON_FORMATS, FloatFormat, bit_fields, to_bits
 
@@ -127,14 +128,6 @@ def pattern_class(bits: int, f: FloatFormat) -> str:
     return "a normal number"
 
 
-def _ratio_text(got: float, expected: float) -> str:
-    ratio = got / expected
-    text = f"{ratio:.3g}"
-    if float(text) == 1 and ratio != 1:  # close but wrong: show enough digits to see it
-        text = f"{ratio:.10g}"
-    return f"{text}x the expected value"
-
-
 def _decode_failure(f: FloatFormat, bits: int, got: float, expected: float, n_wrong: int, n: int) -> str:
     sign, exponent, mantissa = bit_fields(bits, f)
     what = pattern_class(bits, f)
@@ -146,8 +139,7 @@ def _decode_failure(f: FloatFormat, bits: int, got: float, expected: float, n_wr
     if math.isfinite(expected) and expected != 0:
         if not math.isfinite(got):
             return head + ", but this pattern is a finite number."
-        direction = "too high" if got > expected else "too low"
-        return f"{head}, which is {direction}: {_ratio_text(got, expected)}."
+        return f"{head}, which is {how_far(got, expected)}."
     return f"{head}. Look again at what this pattern means in {f.name}, sign included."
 
 

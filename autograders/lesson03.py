@@ -26,7 +26,8 @@ from autograders.kit import (
     expect_close,
     expect_keys,
     expect_type,
-    requires,
+    how_far,
+    needs_hardware,
 )
 from memlab.measure import track_memory
 from memlab.models import mlp
@@ -583,46 +584,19 @@ def check_amp_train_step(amp_train_step) -> int:
 #: where a step of a tiny model takes milliseconds and a busy machine can stall one run: hence the loose time factor
 #: there (it still catches seconds reported as milliseconds).
 E4_PROFILES = {
-    "cuda": dict(widths=[512, 2048, 2048, 2048, 512], batch=32768, steps=10, time_factor=2.0),
-    "cpu": dict(widths=[32, 64, 64, 10], batch=256, steps=10, time_factor=20.0),
+    "cuda": dict(widths=[512, 2048, 2048, 2048, 512], batch=32768, time_factor=2.0),
+    "cpu": dict(widths=[32, 64, 64, 10], batch=256, time_factor=20.0),
 }
 E4_DTYPES = (torch.bfloat16, None)
+E4_STEPS = (
+    5,
+    20,
+)  # two calls: the difference of their wall times is 15 steps, warm-up and overheads cancelled
 
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def reference_amp_step(model, batch, optimizer, dtype: torch.dtype | None, steps: int = 10) -> dict:
-    """The check's own measurement: one warm-up step, then `steps` timed steps inside `track_memory`.
-
-    One step = forward + cross_entropy under `torch.autocast(dtype)` (plain fp32 when dtype is None), backward,
-    `optimizer.step()`, `optimizer.zero_grad(set_to_none=True)`. On CUDA the clock is read after
-    `torch.cuda.synchronize()` and the peak is the caching allocator's (`track_storages=False`: no per-operator
-    overhead in the timing); on the CPU the storage tracker measures the peak.
-    """
-    device = next(model.parameters()).device
-    x, y = batch
-
-    def one_step():
-        with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    one_step()  # warm-up: optimizer state, autocast's weight cache, library workspaces
-    _sync(device)
-    with track_memory(
-        model=model, optimizer=optimizer, inputs=batch, track_storages=device.type != "cuda"
-    ) as trace:
-        start = time.perf_counter()
-        for _ in range(steps):
-            one_step()
-        _sync(device)
-        elapsed = time.perf_counter() - start
-    return {"step_ms": 1000 * elapsed / steps, "peak_bytes": trace.peak_bytes}
 
 
 def amp_setup(device: torch.device, widths: list[int], batch: int, seed: int = 0):
@@ -643,38 +617,99 @@ def _free(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def _watch(measure_amp_step, device, profile, dtype, steps: int, case: str):
+    """Call the learner's function on a fresh set-up while watching it from outside: (its result, the wall seconds
+    of the whole call, the peak bytes the allocator saw during it). On CUDA the peak is the caching allocator's
+    counter, which `track_memory` resets when it starts, so after the call it is the peak of the learner's timed
+    steps; on the CPU a storage tracker around the call sees the same allocations as the learner's. Either way the
+    peak is restarted when the first optimizer step (the warm-up) ends, seen through an optimizer step hook."""
+    model, optimizer, data = amp_setup(device, profile["widths"], profile["batch"])
+    seen = []
+    model[0].register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    _sync(device)
+    n_steps = [0]
+    if device.type == "cuda":
+
+        def after_step(*_):
+            n_steps[0] += 1
+            if n_steps[0] == 1:
+                torch.cuda.reset_peak_memory_stats(device)
+
+        optimizer.register_step_post_hook(after_step)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = time.perf_counter()
+        got = call(measure_amp_step, model, data, optimizer, dtype, steps=steps, case=case)
+        _sync(device)
+        seconds = time.perf_counter() - start
+        peak = torch.cuda.max_memory_allocated(device)
+    else:
+        with track_memory(model=model, optimizer=optimizer, inputs=data) as trace:
+
+            def after_step(*_):
+                n_steps[0] += 1
+                trace.mark(f"after step {n_steps[0]}")
+
+            optimizer.register_step_post_hook(after_step)
+            start = time.perf_counter()
+            got = call(measure_amp_step, model, data, optimizer, dtype, steps=steps, case=case)
+            seconds = time.perf_counter() - start
+        after_warm_up = [m.peak_bytes for m in trace.marks[1:]]
+        peak = max(after_warm_up + [trace.current_bytes]) if after_warm_up else trace.peak_bytes
+    del model, optimizer, data
+    _free(device)
+    _expect_result(got, case)
+    wanted = dtype or torch.float32
+    if not seen:
+        raise CheckFailed(f"case {case}: your function never ran the model's forward pass.")
+    if any(d != wanted for d in seen):
+        how = f"under torch.autocast(device.type, dtype={dtype})" if dtype else "in fp32, without autocast"
+        wrong = next(d for d in seen if d != wanted)
+        raise CheckFailed(
+            f"case {case}: the training steps should run {how}; the first Linear layer's output was {wrong}."
+        )
+    return got, seconds, peak
+
+
+def _expect_result(got, case: str) -> None:
+    expect_keys(got, ("step_ms", "peak_bytes"), case=case, what="the returned dict")
+    for key in ("step_ms", "peak_bytes"):
+        expect_type(got[key], numbers.Real, case=case, what=key)
+        if not math.isfinite(float(got[key])) or float(got[key]) <= 0:
+            raise CheckFailed(f"case {case}: {key} should be a positive number; got {got[key]!r}.")
+
+
 def run_measure_amp_step_check(measure_amp_step: Callable, device: torch.device | str) -> int:
-    """The logic of check_measure_amp_step on `device` with that device's profile; returns the number of cases."""
+    """The logic of check_measure_amp_step on `device` with that device's profile; returns the number of cases.
+
+    No reference measurement: the learner's numbers are compared with what the check sees from outside the call.
+    The time per step is the difference between a 20-step and a 5-step call divided by 15 (warm-up, set-up and
+    synchronisation cancel); the peak is the allocator's peak during the call.
+    """
     device = torch.device(device)
     profile = E4_PROFILES[device.type]
     expect_callable(measure_amp_step, "measure_amp_step")
     for dtype in E4_DTYPES:
         name = f"{'bf16 autocast' if dtype else 'fp32'}, mlp({profile['widths']}), batch {profile['batch']} on {device.type}"
-        model, optimizer, data = amp_setup(device, profile["widths"], profile["batch"])
-        expected = reference_amp_step(model, data, optimizer, dtype, steps=profile["steps"])
-        del model, optimizer, data
-        _free(device)
-        model, optimizer, data = amp_setup(device, profile["widths"], profile["batch"])
-        got = call(measure_amp_step, model, data, optimizer, dtype, steps=profile["steps"], case=name)
-        del model, optimizer, data
-        _free(device)
-        expect_keys(got, ("step_ms", "peak_bytes"), case=name, what="the returned dict")
-        expect_type(got["peak_bytes"], numbers.Real, case=name, what="peak_bytes")
+        short, long = E4_STEPS
+        _, t_short, _ = _watch(measure_amp_step, device, profile, dtype, short, f"{name}, steps={short}")
+        got, t_long, peak = _watch(measure_amp_step, device, profile, dtype, long, f"{name}, steps={long}")
+        case = f"{name}, steps={long}"
         expect_close(
             got["peak_bytes"],
-            expected["peak_bytes"],
-            case=name,
+            peak,
+            case=case,
             what="peak_bytes (the peak over the timed steps, from memlab.measure.track_memory)",
             rtol=0.05,
             atol=MiB if device.type == "cuda" else 1024,
+            reveal=False,
         )
-        expect_type(got["step_ms"], numbers.Real, case=name, what="step_ms")
-        ratio = float(got["step_ms"]) / expected["step_ms"]
+        seen_ms = 1000 * max(t_long - t_short, 1e-9) / (long - short)
+        ratio = float(got["step_ms"]) / seen_ms
         factor = profile["time_factor"]
         if not (1 / factor <= ratio <= factor):
             raise CheckFailed(
-                f"case {name}: step_ms = {float(got['step_ms']):.3g} ms, but the check measured "
-                f"{expected['step_ms']:.3g} ms per step on the same set-up (tolerance: a factor of {factor:g}). "
+                f"case {case}: step_ms = {float(got['step_ms']):.3g} ms is {how_far(float(got['step_ms']), seen_ms)} "
+                f"of what the check saw from outside your function (tolerance: a factor of {factor:g}). "
                 "Milliseconds per step, averaged over the timed steps after a warm-up step, with "
                 "torch.cuda.synchronize() before each reading of the clock."
             )
@@ -682,8 +717,15 @@ def run_measure_amp_step_check(measure_amp_step: Callable, device: torch.device 
 
 
 @check("e4_measure_amp_step")
-@requires(cuda=True, min_capability=(8, 0))
 def check_measure_amp_step(measure_amp_step) -> int:
+    expect_callable(measure_amp_step, "measure_amp_step")
+    # what runs anywhere: two steps of a tiny model on the CPU return the right dict
+    case = "a 2-step run of a tiny model on the CPU"
+    model, optimizer, data = amp_setup(torch.device("cpu"), [8, 16, 4], 32)
+    _expect_result(call(measure_amp_step, model, data, optimizer, torch.bfloat16, steps=2, case=case), case)
+    needs_hardware(
+        cuda=True, min_capability=(8, 0), passed="a 2-step run on the CPU returned positive numbers"
+    )
     return run_measure_amp_step_check(measure_amp_step, torch.device("cuda", torch.cuda.current_device()))
 
 
@@ -693,7 +735,6 @@ __all__ = [
     "check_dynamic_loss_scaler",
     "check_amp_train_step",
     "check_measure_amp_step",
-    "reference_amp_step",
     "amp_setup",
     "run_measure_amp_step_check",
     "E4_PROFILES",

@@ -2,10 +2,14 @@
 
 Submodules: `hardware` (device, preflight, requirements), `measure` (track_memory), `estimate` (formulas and the
 FakeTensorMode simulator), `data` (IMDB / LM text / tokenizer with offline fallbacks), `models` (tiny and 7B
-configs), `plots`. Importing memlab first sets Hugging Face's offline variables when the Hub is unreachable, so
-that no later load wastes time on retries.
+configs), `plots`, `formats` (float bit layouts), `notebook` (how a lesson's errors are shown). Importing memlab
+first sets Hugging Face's offline variables when the Hub is unreachable, so that no later load wastes time on
+retries, and, inside a notebook, shows the lessons' own errors (a failed check, an exercise not done yet) as one
+message instead of a traceback.
 """
 
 from memlab.data import ensure_offline_if_no_network
+from memlab.notebook import install_display
 
 ensure_offline_if_no_network()
+install_display()

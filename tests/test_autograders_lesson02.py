@@ -116,8 +116,7 @@ def stub(*args, **kwargs):
 def test_the_learner_stub_fails_every_check_as_not_written_yet(check_fn):
     with pytest.raises(
         CheckFailed,
-        match=f"^{check_fn.check_name}: case .*: your function raised "
-        "NotImplementedError: it is not written yet\\.$",
+        match=f"^{check_fn.check_name}: `.*` is not written yet: it still raises NotImplementedError\\.$",
     ):
         check_fn(stub)
 
@@ -197,14 +196,14 @@ def test_e1_forgetting_subnormals_fails_on_the_first_subnormal():
         "e1_decode: case fp16: 2,047 of 65,536 bit patterns decode wrongly. The first is 0x0001 = sign 0 | "
         "exponent 00000 | mantissa 0000000001 (a subnormal); your decode returned "
     )  # 2 x 1,023 subnormals, and -0.0 (returned as 0.0)
-    assert "which is too high: 512x the expected value." in message  # (1 + 2^-10) 2^-15 / 2^-24
+    assert "which is too high, by more than a factor of 10." in message  # (1 + 2^-10) 2^-15 / 2^-24
     assert_hidden(message, 2.0**-24)
 
 
 def test_e1_a_bias_off_by_one_fails():
     message = failure(check_decode, _decode_variant(bias_shift=1))
     assert message.startswith("e1_decode: case fp16: ")
-    assert "The first is 0x0001" in message and "too low: 0.5x the expected value" in message
+    assert "The first is 0x0001" in message and "too low, by a factor of 2 to 10" in message
     assert_hidden(message, 2.0**-24)
 
 
@@ -289,8 +288,8 @@ def test_e1_an_error_in_the_learner_code_names_the_pattern():
 def test_e2_ignoring_fn_fails_on_e4m3():
     message = failure(check_format_limits, lambda e, m, nan_encoding="ieee": format_limits(e, m))
     assert message == (
-        "e2_format_limits: case format_limits(4, 3, 'fn') (fp8_e4m3): \"max\" is too low: you got 240, which is "
-        "0.536x the expected value (exactly)."
+        "e2_format_limits: case format_limits(4, 3, 'fn') (fp8_e4m3): \"max\" is too low, by 10% to a factor of 2: "
+        "you got 240 (exactly)."
     )
     assert_hidden(message, 448)
 
@@ -300,8 +299,10 @@ def test_e2_unit_roundoff_instead_of_eps_fails():
         return format_limits(e, m, nan_encoding) | {"eps": 2.0 ** -(m + 1)}
 
     message = failure(check_format_limits, half_eps)
-    assert message.startswith('e2_format_limits: case format_limits(8, 23) (fp32): "eps" is too low: ')
-    assert "0.5x the expected value" in message
+    assert message.startswith(
+        'e2_format_limits: case format_limits(8, 23) (fp32): "eps" is too low, by a factor of 2 to 10: '
+    )
+    assert "too low, by a factor of 2 to 10" in message
     assert_hidden(message, 2.0**-23)
 
 
@@ -313,7 +314,8 @@ def test_e2_max_with_the_all_ones_mantissa_of_ieee_fails():
         return format_limits(e, m, nan_encoding) | {"max": (2 - 2.0**-m) * 2.0 ** (2**e - 1 - bias)}
 
     with pytest.raises(
-        CheckFailed, match=r'case format_limits\(8, 23\) \(fp32\): "max" is too high: .*2x the'
+        CheckFailed,
+        match=r'case format_limits\(8, 23\) \(fp32\): "max" is too high, by a factor of 2 to 10: you got',
     ):
         check_format_limits(top_exponent)
 
@@ -442,8 +444,8 @@ def test_e4_the_ulp_below_at_powers_of_two_fails():
 
     message = failure(check_ulp, ulp_below)
     assert message == (
-        "e4_ulp: case ulp(1.0, 'fp32'), one: the ulp is too low: you got 5.96046e-08, which is 0.5x the expected "
-        "value (exactly)."
+        "e4_ulp: case ulp(1.0, 'fp32'), one: the ulp is too low, by a factor of 2 to 10: you got 5.96046e-08 "
+        "(exactly)."
     )
     assert_hidden(message, 2.0**-23)
 

@@ -2,7 +2,8 @@
 
 A check prints one `✓` line and returns None on success; on failure it raises one `CheckFailed` whose message
 names the check and the case and says what was expected, what was got and the tolerance, with no traceback from
-inside the kit. `@requires` says NOT CHECKED HERE (learner mode) or raises NotGradedHere (strict grading).
+inside the kit. An unwritten exercise fails at the first stage. `needs_hardware` says NOT CHECKED HERE (learner mode)
+or raises NotGradedHere (strict grading) after the stages that run anywhere.
 """
 
 import linecache
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 import autograders.kit as kit
+from check_helpers import assert_hidden
 import memlab.hardware as hardware
 from autograders.kit import (
     CheckFailed,
@@ -25,7 +27,8 @@ from autograders.kit import (
     expect_equal,
     expect_keys,
     expect_type,
-    requires,
+    how_far,
+    needs_hardware,
 )
 
 KIT_FILE = os.path.abspath(kit.__file__)
@@ -149,9 +152,31 @@ def test_reveal_false_hides_the_expected_value_but_says_which_way(got, direction
         assert spelling not in message
 
 
-def test_reveal_false_with_an_expected_zero_says_how_far_off():
-    with pytest.raises(CheckFailed, match="too high: you got 5, which is off by 5 \\(exactly\\)"):
+def test_reveal_false_with_an_expected_zero_says_which_way():
+    with pytest.raises(CheckFailed, match=r"^case c: v is too high: you got 5 \(exactly\)\.$"):
         expect_close(5, 0, case="c", what="v", reveal=False)
+
+
+@pytest.mark.parametrize(
+    ("got", "expected", "words"),
+    [
+        (1000, 52_356, "too low, by more than a factor of 10"),
+        (100.5, 99.9, "too high, by less than 1%"),
+        (95, 100, "too low, by 1% to 10%"),
+        (150, 100, "too high, by 10% to a factor of 2"),
+        (-4, -1, "too high, by a factor of 2 to 10"),
+        (-1, 3, "of the wrong sign"),
+        (0, 7, "zero where it should not be"),
+    ],
+)
+def test_how_far_says_direction_and_a_band_never_a_ratio(got, expected, words):
+    assert how_far(got, expected) == words
+    with pytest.raises(CheckFailed) as info:
+        expect_close(got, expected, case="c", what="v", reveal=False)
+    message = str(info.value)
+    assert words in message
+    assert "x the expected" not in message
+    assert_hidden(message, expected)
 
 
 def test_expect_equal_reveals_or_hides():
@@ -209,9 +234,7 @@ def test_the_stub_says_not_written_yet():
         raise NotImplementedError()
 
     error = raised(check_double, double)
-    assert (
-        str(error) == "e9_double: case x=0: your function raised NotImplementedError: it is not written yet."
-    )
+    assert str(error) == "e9_double: `double` is not written yet: it still raises NotImplementedError."
     assert_clean_traceback(error)
 
 
@@ -314,103 +337,165 @@ def test_check_given_none_fails_cleanly():
     assert_clean_traceback(error)
 
 
-# ---- @requires ---------------------------------------------------------------------------------------------------
+# ---- stages: an unwritten exercise fails first, then what runs here, then the hardware ---------------------------
 
 NO_CUDA = "NOT CHECKED HERE: needs a CUDA GPU, found no CUDA GPU"
 
 
-def _counting_check():
-    calls = []
-
-    def inner(fn):
-        calls.append(fn)
-        return 1
-
-    return calls, inner
+def _define(source: str, name: str, filename: str = "<ipython-input-3-5ca1ab1e>"):
+    """Define `name` from `source` as a notebook cell would (its source readable through linecache)."""
+    namespace = {"torch": torch}
+    exec(compile(source, filename, "exec"), namespace)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return namespace[name]
 
 
-def test_requires_cuda_in_learner_mode_says_not_checked_and_returns(no_gpu, learner_mode, capsys):
-    calls, inner = _counting_check()
-    wrapped = requires(cuda=True)(inner)
-    assert wrapped("anything") is None
-    assert capsys.readouterr().out == NO_CUDA + "\n"
-    assert calls == []
+STUB = "def gpu_double(x, device='cuda'):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
+WRITTEN = "def gpu_double(x, device='cuda'):\n    return 2 * torch.as_tensor(x, device=device)\n"
 
 
-def test_requires_cuda_when_grading_strictly_raises_not_graded_here(no_gpu, strict_mode, capsys):
-    calls, inner = _counting_check()
+@check("e9_gpu_double")
+def check_gpu_double(gpu_double) -> int:
+    """A GPU exercise in the kit's stages: callable and written, a tiny CPU run, then the GPU part."""
+    expect_callable(gpu_double, "gpu_double")
+    got = call(gpu_double, 3, device="cpu", case="gpu_double(3) on the CPU")
+    expect_type(got, torch.Tensor, case="gpu_double(3) on the CPU", what="the result")
+    needs_hardware(cuda=True, passed="a tiny run on the CPU")
+    got = call(gpu_double, 3, case="gpu_double(3) on the GPU")
+    expect_equal(got.device.type, "cuda", case="gpu_double(3) on the GPU", what="the device")
+    return 2
+
+
+def test_a_stub_fails_before_anything_runs_on_any_machine(no_gpu, learner_mode, capsys):
+    error = raised(check_gpu_double, _define(STUB, "gpu_double"))
+    assert (
+        str(error) == "e9_gpu_double: `gpu_double` is not written yet: it still raises NotImplementedError."
+    )
+    assert "NOT CHECKED HERE" not in capsys.readouterr().out
+
+
+def test_a_stub_fails_when_grading_strictly_too(no_gpu, strict_mode):
+    with pytest.raises(CheckFailed, match="not written yet"):
+        check_gpu_double(_define(STUB, "gpu_double"))
+
+
+def test_written_gpu_exercise_on_a_cpu_machine_says_what_passed(no_gpu, learner_mode, capsys):
+    assert check_gpu_double(_define(WRITTEN, "gpu_double")) is None
+    out = capsys.readouterr().out
+    assert out == f"e9_gpu_double: {NO_CUDA}. What can be checked here passed: a tiny run on the CPU.\n"
+    assert "✓" not in out
+
+
+def test_written_gpu_exercise_when_grading_strictly_raises_not_graded_here(no_gpu, strict_mode, capsys):
     with pytest.raises(NotGradedHere) as info:
-        requires(cuda=True)(inner)("anything")
+        check_gpu_double(_define(WRITTEN, "gpu_double"))
     assert str(info.value) == NO_CUDA
     assert info.value.__suppress_context__ is True
-    assert calls == []
+    assert not isinstance(info.value, CheckFailed)
     assert capsys.readouterr().out == ""
 
 
-def test_grading_mode_is_read_at_call_time_and_case_insensitively(no_gpu, monkeypatch):
-    wrapped = requires(cuda=True)(lambda fn: 1)
-    monkeypatch.setenv(kit.GRADING_ENV, "STRICT")
-    with pytest.raises(NotGradedHere):
-        wrapped(None)
-    monkeypatch.setenv(kit.GRADING_ENV, "lenient")
-    assert wrapped(None) is None
+def test_a_wrong_cpu_stage_fails_before_the_hardware_is_looked_at(no_gpu, learner_mode):
+    wrong = _define("def gpu_double(x, device='cuda'):\n    return [2 * x]\n", "gpu_double")
+    error = raised(check_gpu_double, wrong)
+    assert "the result should be a Tensor; got a list" in str(error)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what this machine (no CUDA GPU) reports")
-def test_requires_cuda_on_this_cpu_machine(learner_mode, capsys):
-    calls, inner = _counting_check()
-    assert requires(cuda=True)(inner)(None) is None
-    assert capsys.readouterr().out == NO_CUDA + "\n"
-    assert calls == []
+def test_a_stub_without_readable_source_fails_at_the_first_call(no_gpu, learner_mode):
+    namespace = {}
+    exec(compile(STUB, "<string>", "exec"), namespace)  # no linecache entry: the source cannot be read
+    error = raised(check_gpu_double, namespace["gpu_double"])
+    assert "your function raised NotImplementedError: it is not written yet." in str(error)
 
 
-def test_requires_a_missing_package(learner_mode, capsys):
-    calls, inner = _counting_check()
-    message = (
-        "NOT CHECKED HERE: needs the package definitely_not_a_pkg, found definitely_not_a_pkg not importable"
+def test_a_class_with_some_methods_still_stubs_is_not_finished():
+    source = (
+        "class Scaler:\n"
+        "    def __init__(self):\n        self.s = 1.0\n"
+        "    def scale(self, x):\n        # YOUR CODE HERE\n        raise NotImplementedError()\n"
+        "    def update(self):\n        raise NotImplementedError\n"
     )
-    assert requires(packages=("definitely_not_a_pkg",))(inner)(None) is None
-    assert capsys.readouterr().out == message + "\n"
-    assert calls == []
+    with pytest.raises(CheckFailed) as info:
+        expect_callable(_define(source, "Scaler"), "Scaler")
+    assert str(info.value) == (
+        "`Scaler` is not finished: `Scaler.scale`, `Scaler.update` still raise NotImplementedError."
+    )
 
 
-def test_requires_a_missing_package_when_grading_strictly(strict_mode):
-    calls, inner = _counting_check()
-    with pytest.raises(
-        NotGradedHere, match="^NOT CHECKED HERE: needs the package definitely_not_a_pkg, found"
-    ):
-        requires(packages=("definitely_not_a_pkg",))(inner)(None)
-    assert calls == []
+def test_a_function_that_raises_only_on_one_branch_is_written():
+    source = "def f(x):\n    if x < 0:\n        raise NotImplementedError()\n    return x\n"
+    expect_callable(_define(source, "f"), "f")
 
 
-def test_requires_a_present_package_runs_the_check(strict_mode):
-    calls, inner = _counting_check()
-    assert requires(packages=("torch",))(inner)("answer") == 1
-    assert calls == ["answer"]
+def test_needs_hardware_with_a_missing_package(learner_mode, capsys):
+    @check("e9_needs_pkg")
+    def check_pkg(fn) -> int:
+        needs_hardware(packages=("definitely_not_a_pkg",))
+        return 1
+
+    assert check_pkg(None) is None
+    assert capsys.readouterr().out == (
+        "e9_needs_pkg: NOT CHECKED HERE: needs the package definitely_not_a_pkg, found definitely_not_a_pkg not "
+        "importable.\n"
+    )
 
 
-def test_check_over_requires_prints_no_tick_when_not_checked(learner_mode, capsys):
-    """The lesson stacks `@check` over `@requires`: an unchecked exercise must not also get a ✓ line."""
-    calls, inner = _counting_check()
-    stacked = check("e9_needs_pkg")(requires(packages=("definitely_not_a_pkg",))(inner))
-    assert stacked(None) is None
-    out = capsys.readouterr().out
-    assert out.startswith("NOT CHECKED HERE: needs the package definitely_not_a_pkg")
-    assert "✓" not in out
-    assert calls == []
+def test_needs_hardware_that_is_present_lets_the_check_go_on(strict_mode, capsys):
+    @check("e9_has_pkg")
+    def check_pkg(fn) -> int:
+        needs_hardware(packages=("torch",))
+        return 2
 
-
-def test_check_over_requires_lets_not_graded_here_through(strict_mode):
-    stacked = check("e9_needs_pkg")(requires(packages=("definitely_not_a_pkg",))(lambda fn: 1))
-    with pytest.raises(NotGradedHere) as info:
-        stacked(None)
-    assert not isinstance(info.value, CheckFailed)
-
-
-def test_check_over_requires_runs_and_ticks_when_present(learner_mode, capsys):
-    stacked = check("e9_has_pkg")(requires(packages=("torch",))(lambda fn: 2))
-    assert stacked(None) is None
+    assert check_pkg(None) is None
     assert capsys.readouterr().out == "✓ e9_has_pkg: 2 cases passed\n"
+
+
+def test_needs_hardware_with_a_gpu_that_is_too_small(monkeypatch, learner_mode, capsys):
+    fake_gpu(monkeypatch, capability=(8, 0), total_gb=15.0)
+
+    @check("e9_big_gpu")
+    def check_big(fn) -> int:
+        needs_hardware(cuda=True, min_gpu_gb=24)
+        return 1
+
+    assert check_big(None) is None
+    assert capsys.readouterr().out == (
+        "e9_big_gpu: NOT CHECKED HERE: needs a GPU with >= 24 GB, found Tesla T4 with 15.0 GB.\n"
+    )
+
+
+def test_the_grading_mode_is_read_once_at_import(monkeypatch, no_gpu):
+    """Popping COURSE_GRADING after the kit is imported does not turn strict grading into learner mode."""
+    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.delenv(kit.GRADING_ENV, raising=False)
+    with pytest.raises(NotGradedHere):
+        check_gpu_double(_define(WRITTEN, "gpu_double"))
+
+
+def test_a_check_that_returns_no_count_is_a_broken_check():
+    broken = check("e9_broken")(lambda fn: None)
+    with pytest.raises(RuntimeError, match="the check itself is broken"):
+        broken(None)
+
+
+def test_a_passed_check_is_announced_to_audit_hooks(capsys):
+    """scripts/grade_sandbox.py verifies this event; elsewhere it costs nothing."""
+    import sys
+
+    seen = []
+    # audit hooks cannot be removed: this one only records while `seen` is a list being filled
+    recording = [True]
+
+    def hook(event, args):
+        if recording[0] and event == kit.PASS_EVENT:
+            seen.append(args)
+
+    sys.addaudithook(hook)
+    try:
+        check_double(lambda x: 2 * x)
+    finally:
+        recording[0] = False
+    assert seen == [("e9_double", 3)]
 
 
 # ---- memlab.hardware ---------------------------------------------------------------------------------------------
@@ -455,17 +540,6 @@ def test_unmet_requirements_with_a_gpu_too_old_and_too_small(monkeypatch):
         "Tesla T4 (capability 7.5)",
     )
     assert hardware.unmet_requirements(min_gpu_gb=24) == ("a GPU with >= 24 GB", "Tesla T4 with 15.0 GB")
-
-
-def test_requires_with_a_gpu_that_is_too_small(monkeypatch, learner_mode, capsys):
-    fake_gpu(monkeypatch, capability=(8, 0), total_gb=15.0)
-    calls, inner = _counting_check()
-    assert requires(cuda=True, min_gpu_gb=24)(inner)(None) is None
-    assert (
-        capsys.readouterr().out
-        == "NOT CHECKED HERE: needs a GPU with >= 24 GB, found Tesla T4 with 15.0 GB\n"
-    )
-    assert calls == []
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks what this machine (no CUDA GPU) reports")

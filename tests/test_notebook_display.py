@@ -1,0 +1,103 @@
+"""memlab.notebook: in a real kernel, a lesson's own errors are one message (no frame of the kit) and still errors.
+
+The cells run in a fresh IPython kernel through nbclient, as JupyterLab, nbval and nbgrader run them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+
+from memlab.notebook import ExerciseNeeded, message_lines, needs
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(scope="module")
+def executed():
+    from nbclient import NotebookClient
+
+    cells = [
+        "import memlab\nfrom autograders.kit import check, call, expect_callable, expect_close",
+        # a check failing on a wrong answer
+        "@check('e9_double')\ndef check_double(double):\n    expect_callable(double, 'double')\n"
+        "    for x in (0, 5):\n        expect_close(call(double, x, case=f'x={x}'), 2 * x, case=f'x={x}', "
+        "what='double(x)', reveal=False)\n    return 2\n\n"
+        "check_double(lambda x: 3 * x)",
+        # the stub of an exercise, then a demo cell that calls it
+        "def double(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()",
+        "print(double(4))",
+        # a cell that needs an exercise's result
+        "memlab.notebook.needs('BUDGET', 'double', exercise='Exercise 9.1')\nprint(BUDGET)",
+        # an ordinary error keeps its traceback
+        "def helper():\n    return {}['missing']\n\nhelper()",
+        # a passing check
+        "check_double(lambda x: 2 * x)",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    NotebookClient(nb, timeout=120, allow_errors=True, kernel_name="python3").execute()
+    return nb.cells
+
+
+def _error(cell):
+    errors = [o for o in cell.outputs if o.output_type == "error"]
+    assert len(errors) == 1, cell.outputs
+    return errors[0]
+
+
+def test_a_failed_check_is_its_message_alone(executed):
+    error = _error(executed[1])
+    assert error.ename == "CheckFailed"
+    assert error.evalue.startswith("e9_double: case x=5: double(x) is too high")
+    text = ANSI.sub("", "\n".join(error.traceback))
+    assert text.startswith("CheckFailed: e9_double: case x=5: double(x) is too high")
+    assert "kit.py" not in text and "Traceback" not in text and "raise CheckFailed" not in text
+    assert len(error.traceback) == 1
+
+
+def test_a_stub_reached_from_a_later_cell_says_it_is_not_written(executed):
+    error = _error(executed[3])
+    assert error.ename == "NotImplementedError"
+    text = ANSI.sub("", "\n".join(error.traceback))
+    assert text.startswith("NotImplementedError: `double` is not written yet")
+    assert "Traceback" not in text
+
+
+def test_needs_names_the_exercise_to_finish_first(executed):
+    error = _error(executed[4])
+    assert error.ename == "ExerciseNeeded"
+    assert error.evalue == (
+        "finish Exercise 9.1 first (run its cells): `BUDGET` is not defined; `double` is not written yet."
+    )
+    assert not any(o.output_type == "stream" for o in executed[4].outputs)  # print(BUDGET) never ran
+
+
+def test_other_errors_keep_their_traceback(executed):
+    error = _error(executed[5])
+    assert error.ename == "KeyError"
+    text = ANSI.sub("", "\n".join(error.traceback))
+    assert "helper()" in text and "return {}['missing']" in text
+
+
+def test_a_passing_check_prints_one_line(executed):
+    outputs = executed[6].outputs
+    assert [o.output_type for o in outputs] == ["stream"]
+    assert outputs[0].text == "✓ e9_double: 2 cases passed\n"
+
+
+def test_needs_outside_a_kernel():
+    BUDGET = 1  # noqa: F841 - read by needs() from this frame's globals, not locals
+    with pytest.raises(ExerciseNeeded, match="`NOT_DEFINED_ANYWHERE` is not defined"):
+        needs("NOT_DEFINED_ANYWHERE", exercise="Exercise 1.5")
+    needs("pytest", exercise="Exercise 1.5")  # a module-level name of this file: fine
+
+
+def test_message_lines_wraps_long_messages_and_leaves_other_errors_alone():
+    lines = message_lines(ExerciseNeeded, ExerciseNeeded("word " * 60), None)
+    assert len(lines) == 1
+    assert all(len(ANSI.sub("", line)) <= 112 for line in lines[0].splitlines())
+    assert message_lines(KeyError, KeyError("x"), None) is None
+    assert message_lines(NotImplementedError, NotImplementedError("sum_cpu not implemented"), None) is None
