@@ -16,7 +16,6 @@ import torch
 import torch.nn.functional as F
 from check_helpers import assert_hidden, failure
 
-import autograders.kit as kit
 import memlab.hardware as hardware
 from autograders.kit import CheckFailed, NotGradedHere, check
 from autograders.lesson03 import (

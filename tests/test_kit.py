@@ -13,9 +13,9 @@ import traceback
 
 import pytest
 import torch
+from check_helpers import assert_hidden
 
 import autograders.kit as kit
-from check_helpers import assert_hidden
 import memlab.hardware as hardware
 from autograders.kit import (
     CheckFailed,
