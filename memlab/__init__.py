@@ -5,11 +5,14 @@ FakeTensorMode simulator), `data` (IMDB / LM text / tokenizer with offline fallb
 configs), `plots`, `formats` (float bit layouts), `notebook` (how a lesson's errors are shown). Importing memlab
 first sets Hugging Face's offline variables when the Hub is unreachable, so that no later load wastes time on
 retries, and, inside a notebook, shows the lessons' own errors (a failed check, an exercise not done yet) as one
-message instead of a traceback.
+message instead of a traceback. It also keeps the log line of an optional speed-up that bitsandbytes cannot load
+offline (`hardware.quiet_optional_kernels`) out of the lessons' outputs.
 """
 
 from memlab.data import ensure_offline_if_no_network
+from memlab.hardware import quiet_optional_kernels
 from memlab.notebook import install_display
 
+quiet_optional_kernels()  # before anything imports bitsandbytes
 ensure_offline_if_no_network()
 install_display()
