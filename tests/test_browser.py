@@ -1,0 +1,267 @@
+"""The course as a learner meets it: JupyterLab in a real browser (Debian's chromium, headless, driven by Playwright).
+
+A temporary copy of lessons/ (and nbgrader_config.py, which Validate reads) is served by JupyterLab from this test
+environment on 127.0.0.1 with a random port and token (tests/lab_server.py). Exercises are solved by copying their
+solution cells from solutions/ into the learner copies, found by nbgrader grade_id, never by cell position. The
+tests use the keyboard and the toolbar as a learner does, and read what the page shows:
+
+1. lesson 02: the learner view (Validate button, no nbgrader instructor tools); the setup cell, Exercise 2.1's
+   solution and its check run with Shift+Enter, and the check prints `✓ e1_decode: N cases passed`;
+2. a wrong `decode` typed into the cell: the check's message is on the page, and no frame of the kit is;
+3. lesson 03 solved except the GPU-only Exercise 3.4 (still the stub): nbgrader's Validate button does not say
+   "Success" and shows the failed check.
+
+Screenshots go to the test's tmp folder (paths printed; `pytest -s` shows them). Skipped, with the reason, where
+no browser can be had: chromium not installed (`apt-get install chromium`; MEMLAB_CHROMIUM=/path overrides
+where it is looked for) or Playwright not importable (`pip install -r requirements-test.txt`). Playwright's own
+browser download is not used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from lab_server import INSTRUCTOR_PLUGINS, REPO, running_lab
+
+# part of the default run (CI); the timeout covers the server, the browser and Validate's full execution
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+LESSONS, SOLUTIONS = REPO / "lessons", REPO / "solutions"
+L02, L03 = "02-numeric-formats", "03-amp-gradscaler"
+GPU_ONLY = "e4_measure_amp_step"  # Exercise 3.4: needs CUDA; this machine has none
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+KIT_FRAMES = ("kit.py", "Traceback", "raise CheckFailed", 'File "')
+# a realistic wrong answer: the right decode, minus the sign bit
+WRONG_DECODE = (
+    "_decode_right = decode\n\n\ndef decode(bits, fmt):\n    return abs(_decode_right(bits, fmt))\n"
+)
+CELL_TIMEOUT_MS = 120_000
+VALIDATE_TIMEOUT_MS = 240_000
+
+
+def _chromium() -> str:
+    path = os.environ.get("MEMLAB_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        pytest.skip(
+            f"no browser: chromium not found at {path} (apt-get install chromium, or set MEMLAB_CHROMIUM)"
+        )
+    return path
+
+
+# ---- the served course -------------------------------------------------------------------------------------------
+
+
+def _cells_by_grade_id(nb: dict) -> dict[str, dict]:
+    return {
+        c["metadata"]["nbgrader"]["grade_id"]: c
+        for c in nb["cells"]
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    }
+
+
+def _solve(
+    slug: str, dest: Path, *, except_ids: tuple[str, ...] = (), only_ids: tuple[str, ...] | None = None
+):
+    """The learner version of `slug` with solution cells copied in from solutions/ (all, or `only_ids`)."""
+    learner = json.loads((LESSONS / slug / f"{slug}.ipynb").read_text())
+    solution = _cells_by_grade_id(json.loads((SOLUTIONS / slug / f"{slug}.ipynb").read_text()))
+    solved = []
+    for grade_id, cell in _cells_by_grade_id(learner).items():
+        if not cell["metadata"]["nbgrader"].get("solution") or grade_id in except_ids:
+            continue
+        if only_ids is not None and grade_id not in only_ids:
+            continue
+        cell["source"] = solution[grade_id]["source"]
+        solved.append(grade_id)
+    dest.write_text(json.dumps(learner, indent=1, ensure_ascii=False) + "\n")
+    return solved
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    _chromium()  # skip before starting a server when there is no browser anyway
+    pytest.importorskip(
+        "playwright.sync_api", reason="no browser driver: pip install -r requirements-test.txt"
+    )
+    tmp = tmp_path_factory.mktemp("browser-course")
+    course = tmp / "course"
+    shutil.copytree(LESSONS, course / "lessons", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copy(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
+    assert _solve(L02, course / "lessons" / L02 / f"{L02}.ipynb", only_ids=("e1_decode",)) == ["e1_decode"]
+    solved = _solve(L03, course / "lessons" / L03 / f"{L03}.ipynb", except_ids=(GPU_ONLY,))
+    assert len(solved) >= 3, solved
+    with running_lab(course / "lessons", tmp / "work", cwd=course) as server:
+        # the served copies: cell positions are read from them (lessons/ may be regenerated while tests run)
+        yield SimpleNamespace(url=server.url, token=server.token, lessons=course / "lessons", server=server)
+
+
+@pytest.fixture(scope="module")
+def browser(lab, tmp_path_factory):
+    from playwright.sync_api import Error, expect, sync_playwright
+
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_playwright() as p:
+        try:
+            context = p.chromium.launch_persistent_context(
+                str(profile),
+                executable_path=_chromium(),
+                headless=True,
+                args=CHROMIUM_FLAGS,
+                viewport={"width": 1400, "height": 900},
+            )
+        except Error as error:
+            pytest.skip(f"no browser: chromium did not start ({str(error).splitlines()[0]})")
+        context.set_default_timeout(60_000)
+        expect.set_options(timeout=60_000)  # JupyterLab renders a notebook's cells in batches; 2 busy cores
+        yield context
+        context.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page()
+    yield page
+    page.close()
+
+
+# ---- driving JupyterLab ------------------------------------------------------------------------------------------
+
+
+def open_notebook(page, lab, slug: str):
+    """Open lesson `slug` in a fresh workspace (?reset); wait until every cell is on the page (the default
+    windowing mode, contentVisibility, keeps them all in the DOM, so a cell's position is its index)."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{lab.url}/lab/tree/{slug}/{slug}.ipynb?reset&token={lab.token}")
+    panel = page.locator(".jp-NotebookPanel:visible")
+    expect(panel.locator(".jp-Notebook .jp-Cell")).to_have_count(len(served_cells(lab, slug)))
+    return panel
+
+
+def served_cells(lab, slug: str) -> list[dict]:
+    return json.loads((lab.lessons / slug / f"{slug}.ipynb").read_text())["cells"]
+
+
+def cell_index(lab, slug: str, pick) -> int:
+    """The position of a cell in the served learner notebook, found by content or nbgrader metadata."""
+    return next(i for i, c in enumerate(served_cells(lab, slug)) if pick(c))
+
+
+def by_grade_id(grade_id: str):
+    return lambda c: c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id
+
+
+def setup_cell(c) -> bool:
+    return c["cell_type"] == "code" and "pick_device" in "".join(c["source"])
+
+
+def run_cell(panel, index: int, timeout: int = CELL_TIMEOUT_MS):
+    """Select cell `index` (click its prompt: command mode), Shift+Enter, wait for its execution count."""
+    from playwright.sync_api import expect
+
+    cell = panel.locator(".jp-Notebook .jp-Cell").nth(index)
+    cell.scroll_into_view_if_needed()
+    cell.locator(".jp-InputPrompt").click()
+    cell.page.keyboard.press("Shift+Enter")
+    expect(cell.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]:"), timeout=timeout)
+    return cell
+
+
+def shot(page, tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path))
+    print(f"screenshot: {path}")
+    return path
+
+
+# ---- the tests --------------------------------------------------------------------------------------------------
+
+
+def test_check_cells_in_the_browser(lab, page, tmp_path):
+    from playwright.sync_api import expect
+
+    panel = open_notebook(page, lab, L02)
+
+    # the learner view: the Validate button, none of nbgrader's instructor tools
+    expect(panel.locator(".jp-Toolbar").get_by_text("Validate", exact=True)).to_be_visible()
+    menus = page.locator("#jp-menu-panel, .lm-MenuBar").first.inner_text()
+    assert "Nbgrader" not in menus, menus
+    tabs = " ".join(
+        (t.get_attribute("title") or "") + " " + t.inner_text()
+        for t in page.locator(".jp-SideBar .lm-TabBar-tab").all()
+    )
+    assert "Create Assignment" not in tabs, tabs
+    disabled = page.evaluate(
+        "JSON.parse(document.getElementById('jupyter-config-data').textContent).disabledExtensions"
+    )
+    assert set(INSTRUCTOR_PLUGINS) <= set(disabled), disabled
+    shot(page, tmp_path, "1-lesson02-opened")
+
+    # setup, Exercise 2.1 (solved in this copy) and its check, with the keyboard
+    setup = run_cell(panel, cell_index(lab, L02, setup_cell))
+    assert "Traceback" not in setup.locator(".jp-OutputArea").inner_text()
+    solution = run_cell(panel, cell_index(lab, L02, by_grade_id("e1_decode")))
+    check = run_cell(panel, cell_index(lab, L02, by_grade_id("e1_decode_check")))
+    expect(check.locator(".jp-OutputArea")).to_contain_text(re.compile(r"✓ e1_decode: \d+ cases passed"))
+    passed = check.locator(".jp-OutputArea").inner_text()
+    print(f"check output: {passed.strip()}")
+    shot(page, tmp_path, "2-lesson02-check-passed")
+
+    # a wrong answer, typed over the solution: the check's message, and nothing of the kit's frames
+    solution.locator(".jp-InputArea-editor .cm-content").click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text(WRONG_DECODE)
+    expect(solution.locator(".jp-InputArea-editor")).to_contain_text("_decode_right")
+    page.keyboard.press("Shift+Enter")
+    expect(solution.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]:"), timeout=CELL_TIMEOUT_MS)
+    assert not solution.locator(".jp-OutputArea-output").count(), solution.locator(
+        ".jp-OutputArea"
+    ).inner_text()
+    check = run_cell(panel, cell_index(lab, L02, by_grade_id("e1_decode_check")))
+    output = check.locator(".jp-OutputArea")
+    expect(output).to_contain_text("CheckFailed")
+    message = output.inner_text()
+    print(f"check output: {message.strip()}")
+    assert "e1_decode" in message and "✓" not in message, message
+    for frame in KIT_FRAMES:
+        assert frame not in message, f"{frame!r} is visible in the failed check's output:\n{message}"
+    shot(page, tmp_path, "3-lesson02-wrong-answer")
+
+
+def test_validate_button_reports_the_unsolved_gpu_exercise(lab, page, tmp_path):
+    """Every exercise of lesson 03 solved but the GPU-only one, which is still the stub: Validate (it executes the
+    whole notebook on the server) must not say Success, and must show that check's failure."""
+    from playwright.sync_api import expect
+
+    panel = open_notebook(page, lab, L03)
+    validate = panel.locator(".jp-Toolbar").get_by_text("Validate", exact=True)
+    expect(validate).to_be_visible()
+    validate.click()
+    message = page.locator(".jp-Dialog #validation-message")
+    message.wait_for(timeout=VALIDATE_TIMEOUT_MS)
+    expect(page.locator(".jp-Dialog .jp-Dialog-header")).to_contain_text("Validation Results")
+    text = message.inner_text()
+    print(f"validate dialog: {text.strip()}")
+    shot(page, tmp_path, "4-lesson03-validate")
+    assert "Success" not in text and "passes all the tests" not in text, text
+    assert "validation-failed" in (message.get_attribute("class") or ""), text
+    assert "The following cell failed:" in text, text
+    assert "check_measure_amp_step(measure_amp_step)" in text, text
+    assert "CheckFailed" in text and GPU_ONLY in text, text
+    assert text.count("The following cell failed:") == 1, f"more than the GPU exercise failed:\n{text}"
+    for frame in KIT_FRAMES:
+        assert frame not in text, f"{frame!r} is visible in Validate's report:\n{text}"
