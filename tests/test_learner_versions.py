@@ -15,12 +15,13 @@ from nbgrader_pipeline import (
     CODE_STUB,
     SOLUTIONS,
     build_lessons,
-    graded_cells,
     lesson_slugs,
     validate_executed,
 )
 
 SLUGS = lesson_slugs()
+#: what ClearSolutions puts in place of a written answer (nbgrader's default text_stub)
+TEXT_STUB = "YOUR ANSWER HERE"
 
 
 @pytest.fixture(scope="module")
@@ -28,12 +29,45 @@ def learner_versions():
     return build_lessons.render(SOLUTIONS)
 
 
+def graded(slug: str) -> tuple[dict[str, float], dict[str, float]]:
+    """({grade_id: points} of the autograded cells, {grade_id: points} of the manually graded answers) of a lesson's
+    solution notebook, in order. Autograded: a code cell with `grade` and not `solution` (a locked check cell);
+    manually graded answer: a markdown cell with `grade` and `solution` (nbgrader's "Manually graded answer")."""
+    auto, manual = {}, {}
+    for cell in nbformat.read(SOLUTIONS / slug / f"{slug}.ipynb", as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not meta.get("grade"):
+            continue
+        kind = (cell.cell_type, bool(meta.get("solution")))
+        assert kind in {("code", False), ("markdown", True)}, (
+            f"{meta.get('grade_id')}: a graded cell is a check (code, not a solution) or a written answer "
+            f"(markdown, a solution), not a {cell.cell_type} cell with solution={meta.get('solution')}"
+        )
+        (auto if kind == ("code", False) else manual)[meta["grade_id"]] = float(meta.get("points", 0))
+    return auto, manual
+
+
 @pytest.mark.parametrize("slug", SLUGS)
 def test_points_add_up_to_10(slug):
-    points = graded_cells(SOLUTIONS / slug / f"{slug}.ipynb")
-    assert points and sum(points.values()) == 10, points
-    for grade_id in points:
+    """10 autograded points in check cells named eK_slug_check, and one written answer of 2 points graded by hand
+    (design brief §3.4)."""
+    auto, manual = graded(slug)
+    assert auto and sum(auto.values()) == 10, auto
+    for grade_id in auto:
         assert grade_id.endswith("_check"), f"{grade_id}: graded cells are named eK_slug_check (brief §3)"
+    assert len(manual) == 1, f"{slug}: one manually graded answer cell, found {manual}"
+    [(grade_id, points)] = manual.items()
+    assert points == 2, f"{grade_id}: a written answer is worth 2 points, not {points:g}"
+    assert grade_id.startswith("w"), f"{grade_id}: written answers are named wK_slug"
+    cells = nbformat.read(SOLUTIONS / slug / f"{slug}.ipynb", as_version=4).cells
+    index = next(i for i, c in enumerate(cells) if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    question = cells[index - 1]
+    assert question.cell_type == "markdown" and "nbgrader" not in question.metadata
+    assert question.source.startswith("### Question ") and "(2 points, graded by hand)" in question.source, (
+        f"{grade_id}: the cell above a written answer asks the question: '### Question N.k — title (2 points, "
+        "graded by hand)'"
+    )
+    assert "**Rubric**" in cells[index].source, f"{grade_id}: the solution is a model answer and a **Rubric**"
 
 
 @pytest.mark.parametrize("slug", SLUGS)
@@ -50,7 +84,13 @@ def test_learner_version_hides_the_solutions(learner_versions, slug):
             assert all(line in cell.source for line in CODE_STUB.split("\n")), (
                 f"{meta['grade_id']} has no stub"
             )
-        if meta.get("grade"):
+        # a written answer: the model answer and its rubric are gone
+        if meta.get("solution") and cell.cell_type == "markdown":
+            assert cell.source == TEXT_STUB, f"{meta['grade_id']} shows more than {TEXT_STUB!r}"
+        if meta.get("grade") and meta.get("solution"):  # a written answer: the learner writes in it
+            assert cell.metadata.get("deletable") is False and cell.metadata.get("editable") is not False
+            assert meta.get("checksum"), f"{meta['grade_id']} has no checksum"
+        elif meta.get("grade"):  # a check: locked
             assert cell.metadata.get("editable") is False and cell.metadata.get("deletable") is False
             assert meta.get("checksum"), f"{meta['grade_id']} has no checksum"
 
