@@ -185,6 +185,14 @@ def _processes() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
+def _resident_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def _memory_bytes(pid: int) -> int:
     """The proportional set size of a process (shared pages split between their users: a forked process is not
     counted twice for the memory it shares with its parent); its resident size where PSS cannot be read."""
@@ -241,7 +249,11 @@ def monitor(child: int, config: dict, namespace: str | None) -> int:
         if stopped is None:
             if max_processes and len(members) > max_processes:
                 stopped = f"it started more than {max_processes} processes (the process limit)"
-            elif total_memory and sum(_memory_bytes(p) for p in members) > total_memory:
+            elif (
+                total_memory
+                and sum(_resident_bytes(p) for p in members) > total_memory  # cheap; an upper bound of PSS
+                and sum(_memory_bytes(p) for p in members) > total_memory
+            ):
                 stopped = (
                     f"its processes used more than {total_memory / 2**30:.1f} GiB together (the memory limit)"
                 )
@@ -319,6 +331,8 @@ SUSPICIOUS = {
     "ctypes.wstring_at": "read raw memory (ctypes.wstring_at)",
     "ctypes.dlsym": "looked up native symbols (ctypes)",
     "code.__new__": "built a code object by hand",
+    "os.kill": "sent a signal to a process (os.kill)",
+    "os.killpg": "sent a signal to a process group (os.killpg)",
     "function.__new__": "built a function object by hand",
 }
 #: library functions that only pass a call on (IPython's `open` for notebook code): looked through, like the stdlib
@@ -626,8 +640,9 @@ def _isolate(config: dict) -> dict:
             _init_process(kernel)  # never returns
         _die_with_parent()
         achieved["pid_namespace"] = True
-    else:
-        os.setsid()
+    # a session of its own: jupyter_client interrupts the launcher's process group, and the monitor and init pass
+    # SIGINT on to the kernel alone, never to the processes a submission forked (copies of the kernel)
+    os.setsid()
     return achieved
 
 

@@ -422,8 +422,19 @@ def make_grading_execute():
                     self._index = index
                     try:
                         self.preprocess_cell(cell, resources, index)
+                    except CellStopped:
+                        raise
                     except DeadKernelError:
                         raise CellStopped(index, self._death_reason()) from None
+                    except (
+                        Exception
+                    ) as error:  # nbclient lost the kernel's thread (e.g. forked copies talking)
+                        raise CellStopped(
+                            index,
+                            f"the grader lost contact with the kernel ({type(error).__name__}: {error})"[
+                                :150
+                            ],
+                        ) from None
                     self._judge(cell)
             self.set_widgets_metadata()
 
@@ -449,9 +460,10 @@ def make_grading_execute():
                 if msg.get("msg_type") == "execute_reply":
                     return {"content": {**self.error_on_timeout, "status": "error"}}
             await ensure_async(self.km.shutdown_kernel(now=True))
-            raise CellStopped(
-                self._index, f"it ran past the {timeout} s limit and did not stop when interrupted"
-            )
+            reason = self._death_reason()
+            if "stopped:" not in reason:
+                reason = f"it ran past the {timeout} s limit and did not stop when interrupted"
+            raise CellStopped(self._index, reason)
 
         def _judge(self, cell) -> None:
             records = self.report.read_new()
@@ -508,10 +520,18 @@ def graded_cells(notebook) -> list[tuple[str, float, bool]]:
 
 
 def failure_notes(notebook, lost: set[str]) -> list[str]:
-    """'grade_id: Error: first line' for each autograded cell of `lost`."""
+    """'grade_id: Error: first line' for each autograded cell of `lost`, and for the solution cell of its exercise
+    when that cell failed too (the first cause: e.g. a MemoryError before the function was defined)."""
     notes = []
+    solutions = {g[: -len("_check")] for g in lost if g.endswith("_check")}
     for cell in notebook.cells:
         grade_id = _grade_id(cell)
+        if grade_id in solutions and cell.get("cell_type") == "code":
+            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+            if errors:
+                first_line = ((errors[0].get("evalue") or "").strip().splitlines() or [""])[0]
+                notes.append(f"{grade_id}: {errors[0].get('ename', 'Error')}: {first_line}"[:NOTE_CHARS])
+            continue
         if grade_id not in lost or not _is_test_cell(cell):
             continue
         texts = []
