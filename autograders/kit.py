@@ -25,6 +25,7 @@ import functools
 import math
 import numbers
 import os
+import random
 import sys
 import traceback
 
@@ -62,6 +63,19 @@ def grading_strict() -> bool:
 def grading_seed() -> int | None:
     """The seed of the cases drawn at grading time (strict grading only; None for a learner)."""
     return _SEED
+
+
+def grading_rng(check_name: str) -> random.Random | None:
+    """Under strict grading, the random generator of the cases `check_name` draws on top of its public ones (its
+    own stream of the grading seed); None for a learner, whose checks run the public cases only."""
+    if _SEED is None:
+        return None
+    return random.Random(f"{_SEED}/{check_name}")
+
+
+def drawn(i: int, description: str) -> str:
+    """The name of a case drawn at grading time, as the messages show it."""
+    return f"drawn at grading time #{i}, {description}"
 
 
 def check(name: str):

@@ -1,7 +1,9 @@
 """Checks for lesson 01 — where training memory goes.
 
 Every reference value is measured (memlab's storage tracker around a real optimizer / training step, a real KV
-cache) or comes from the lesson's stated convention via `memlab.estimate`; none is a copy of a solution.
+cache) or comes from the lesson's stated convention via `memlab.estimate`; none is a copy of a solution. Under strict
+grading every check also draws cases of its own (`grading_rng`): models, optimizers, shapes and set-ups that no
+public case has, measured the same way.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from autograders.kit import (
     CheckFailed,
     call,
     check,
+    drawn,
     expect_callable,
     expect_close,
     expect_keys,
     expect_type,
+    grading_rng,
     needs_hardware,
 )
 from memlab.estimate import model_state_bytes
@@ -67,10 +71,39 @@ def _state_cases():
     return cases
 
 
+def _random_widths(rng, n_layers: tuple[int, int], width: tuple[int, int]) -> list[int]:
+    return [rng.randint(*width) for _ in range(rng.randint(*n_layers) + 1)]
+
+
+def _drawn_state_cases(rng):
+    """Optimizers on models drawn at grading time, Adam with amsgrad (a third state tensor) among them."""
+    makers = {
+        "SGD with momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+        "Adam with amsgrad": lambda ps: torch.optim.Adam(ps, amsgrad=True),
+        "AdamW": lambda ps: torch.optim.AdamW(ps),
+        "RMSprop with momentum": lambda ps: torch.optim.RMSprop(ps, momentum=0.5),
+        "Adagrad": lambda ps: torch.optim.Adagrad(ps),
+        "Adafactor": lambda ps: torch.optim.Adafactor(ps),
+    }
+    cases = []
+    for i in range(1, 3):
+        widths = _random_widths(rng, (1, 3), (3, 90))
+        name = rng.choice(sorted(makers))
+        steps = rng.randint(0 if name != "Adagrad" else 1, 3)
+        m = mlp(widths)
+        cases.append(
+            (drawn(i, f"{name} on mlp({widths}), {steps} step(s)"), m, makers[name](m.parameters()), steps)
+        )
+    return cases
+
+
 @check("e1_optimizer_state_bytes")
 def check_optimizer_state_bytes(optimizer_state_bytes) -> int:
     expect_callable(optimizer_state_bytes, "optimizer_state_bytes")
     cases = _state_cases()
+    rng = grading_rng("e1_optimizer_state_bytes")
+    if rng is not None:
+        cases += _drawn_state_cases(rng)
     for name, model, optimizer, steps in cases:
         expected = _measured_state_bytes(model, optimizer, steps)
         got = call(optimizer_state_bytes, optimizer, case=name)
@@ -97,6 +130,13 @@ def check_adamw8bit_state_bytes(adamw8bit_state_bytes) -> int:
         ("min_8bit_size lowered to 100", [(50, 50), (50,)], 100),
         ("min_8bit_size raised to 100,000", [(256, 256), (300, 300)], 100_000),
     ]
+    rng = grading_rng("e2_adamw8bit_state_bytes")
+    for i in range(1, 3) if rng is not None else ():
+        shapes = [
+            tuple(rng.randint(1, 300) for _ in range(rng.randint(1, 2))) for _ in range(rng.randint(1, 4))
+        ]
+        min_size = rng.choice([100, 1000, 4096, 10_000])
+        cases.append((drawn(i, f"shapes {shapes}, min_8bit_size={min_size}"), shapes, min_size))
     for name, shapes, min_8bit_size in cases:
         params = [torch.nn.Parameter(torch.zeros(shape)) for shape in shapes]
         holder = torch.nn.ParameterList(params)
@@ -129,8 +169,17 @@ def check_predict_live_bytes(predict_live_bytes) -> int:
         ([300, 100, 100, 100, 50], 64, "adamw"),
         ([16, 16], 1000, "sgd-momentum"),  # a single Linear: no ReLU at all
     ]
-    for widths, batch, optimizer_name in cases:
-        name = f"widths={widths}, batch={batch}, {optimizer_name}"
+    names = [f"widths={w}, batch={b}, {o}" for w, b, o in cases]
+    rng = grading_rng("e3_predict_live_bytes")
+    for i in range(1, 3) if rng is not None else ():
+        case = (
+            _random_widths(rng, (1, 4), (2, 300)),
+            rng.randint(1, 300),
+            rng.choice(["sgd", "sgd-momentum", "adamw"]),
+        )
+        cases.append(case)
+        names.append(drawn(i, f"widths={case[0]}, batch={case[1]}, {case[2]}"))
+    for name, (widths, batch, optimizer_name) in zip(names, cases):
         torch.manual_seed(0)
         model = mlp(widths)
         x, y = torch.randn(batch, widths[0]), torch.randint(0, widths[-1], (batch,))
@@ -179,6 +228,13 @@ def check_kv_cache_bytes(kv_cache_bytes) -> int:
             torch.bfloat16,
         ),
     ]
+    rng = grading_rng("e4_kv_cache_bytes")
+    for i in range(1, 3) if rng is not None else ():
+        kv = rng.choice([1, 2, 4])
+        heads = dict(num_attention_heads=kv * rng.choice([1, 2, 4]), num_key_value_heads=kv)
+        batch, seq, dtype = rng.randint(1, 4), rng.randint(1, 70), rng.choice([torch.float32, torch.bfloat16])
+        label = f"{heads['num_attention_heads']} heads, {kv} KV heads, batch {batch}, seq {seq}, {dtype}"
+        cases.append((drawn(i, label), heads, batch, seq, dtype))
     for name, heads, batch, seq, dtype in cases:
         config = LlamaConfig(
             hidden_size=64, intermediate_size=96, num_hidden_layers=3, vocab_size=100, **heads, use_cache=True
@@ -210,6 +266,14 @@ def check_training_state_bytes(training_state_bytes) -> int:
         ("1B full fine-tuning, bf16 + SGD", 1_000_000_000, 1_000_000_000, "bf16", "sgd"),
         ("125M fp16 + Lion", 125_000_000, 125_000_000, "fp16", "lion"),
     ]
+    rng = grading_rng("e5_training_state_bytes")
+    for i in range(1, 4) if rng is not None else ():
+        n_params = rng.randint(10**6, 10**11)
+        n_trainable = rng.choice([n_params, rng.randint(1, n_params // 100)])
+        weights = rng.choice(["fp32", "bf16", "fp16"])
+        optimizer = rng.choice(["sgd", "sgd-momentum", "adamw", "adamw-8bit", "lion"])
+        label = f"{n_params:,} parameters, {n_trainable:,} trainable, {weights} + {optimizer}"
+        cases.append((drawn(i, label), n_params, n_trainable, weights, optimizer))
     for name, n_params, n_trainable, weights, optimizer in cases:
         master = None if weights == "fp32" else "fp32"
         expected = model_state_bytes(

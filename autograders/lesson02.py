@@ -2,15 +2,20 @@
 
 Every reference is torch's own reading of the bits (`Tensor.view` of an integer tensor as the float dtype), torch's
 `finfo`, or torch's own cast (`.to(torch.bfloat16)`); for fp16 and fp32 numpy's reading is compared with torch's as
-well. None is a copy of a solution. The messages say which bit pattern / case is wrong and what the learner
-returned, never the value the exercise asks for.
+well. None is a copy of a solution. The ulps of the public cases are stored values (autograders/data/lesson02.json,
+made from autograders/references/lesson02.py, which is not in the learner release). Under strict grading every
+check also draws cases of its own (`grading_rng`): fp32 bit patterns, formats torch does not have, random tensors
+and values. The messages say which bit pattern / case is wrong and what the learner returned, never the value the
+exercise asks for.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
 import numbers
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -19,10 +24,12 @@ from autograders.kit import (
     CheckFailed,
     call,
     check,
+    drawn,
     expect_callable,
     expect_close,
     expect_keys,
     expect_type,
+    grading_rng,
     how_far,
 )
 from memlab.formats import FORMATS, LESSON_FORMATS, FloatFormat, bit_fields, to_bits
@@ -128,11 +135,13 @@ def pattern_class(bits: int, f: FloatFormat) -> str:
     return "a normal number"
 
 
-def _decode_failure(f: FloatFormat, bits: int, got: float, expected: float, n_wrong: int, n: int) -> str:
+def _decode_failure(
+    f: FloatFormat, bits: int, got: float, expected: float, n_wrong: int, n: int, label: str = ""
+) -> str:
     sign, exponent, mantissa = bit_fields(bits, f)
     what = pattern_class(bits, f)
     head = (
-        f"case {f.name}: {n_wrong:,} of {n:,} bit patterns decode wrongly. The first is "
+        f"case {label or f.name}: {n_wrong:,} of {n:,} bit patterns decode wrongly. The first is "
         f"0x{bits:0{f.bits // 4}X} = sign {sign} | exponent {exponent} | mantissa {mantissa} ({what}); "
         f"your decode returned {got!r}"
     )
@@ -153,14 +162,23 @@ def _expect_float(got, case: str) -> None:
         )
 
 
+def _drawn_fp32(rng) -> tuple[list[int], list[float]]:
+    """20,000 fp32 bit patterns drawn at grading time, and torch's values for them."""
+    patterns = [rng.getrandbits(32) for _ in range(20_000)]
+    return patterns, torch_decode(patterns, FORMATS["fp32"]).tolist()
+
+
 @check("e1_decode")
 def check_decode(decode) -> int:
     expect_callable(decode, "decode")
     got = call(decode, 0x3C00, "fp16", case="fp16, bits 0x3C00")
     _expect_float(got, "fp16, bits 0x3C00")
-    for name in DECODE_FORMATS:
+    runs = [(name, name, *_decode_reference(name)) for name in DECODE_FORMATS]
+    rng = grading_rng("e1_decode")
+    if rng is not None:
+        runs.append((drawn(1, "fp32, 20,000 random bit patterns"), "fp32", *_drawn_fp32(rng)))
+    for label, name, patterns, expected in runs:
         f = FORMATS[name]
-        patterns, expected = _decode_reference(name)
         n_wrong, first = 0, None
         for bits, exp in zip(patterns, expected):
             case = f"{name}, bits 0x{bits:0{f.bits // 4}X}"
@@ -175,8 +193,8 @@ def check_decode(decode) -> int:
                 n_wrong += 1
                 first = first or (bits, got, exp)
         if n_wrong:
-            raise CheckFailed(_decode_failure(f, *first, n_wrong, len(patterns)))
-    return len(DECODE_FORMATS)
+            raise CheckFailed(_decode_failure(f, *first, n_wrong, len(patterns), label))
+    return len(runs)
 
 
 # ---- Exercise 2.2: format_limits ----------------------------------------------------------------------------------
@@ -203,17 +221,32 @@ def reference_limits(name: str) -> dict[str, float]:
     }
 
 
+def _drawn_formats(rng) -> list[tuple[str, tuple, dict[str, float]]]:
+    """Formats no dtype of torch has, drawn at grading time, with their limits from the grading reference."""
+    from autograders.references.lesson02 import limits
+
+    cases = []
+    for i in range(1, 5):
+        e, m = rng.randint(2, 9), rng.randint(1, 12)
+        encoding = rng.choice(["ieee", "fn"]) if m >= 2 else "ieee"
+        args = (e, m, encoding)
+        cases.append((drawn(i, f"format_limits{args}"), args, limits(*args)))
+    return cases
+
+
 @check("e2_format_limits")
 def check_format_limits(format_limits) -> int:
     expect_callable(format_limits, "format_limits")
-    for name, args in LIMIT_CASES:
-        case = f"format_limits{args} ({name})"
+    cases = [(f"format_limits{args} ({name})", args, reference_limits(name)) for name, args in LIMIT_CASES]
+    rng = grading_rng("e2_format_limits")
+    if rng is not None:
+        cases += _drawn_formats(rng)
+    for case, args, expected in cases:
         got = call(format_limits, *args, case=case)
         expect_keys(got, LIMIT_KEYS, case=case, what="the returned dict")
-        expected = reference_limits(name)
         for key in LIMIT_KEYS:
             expect_close(got[key], expected[key], case=case, what=f'"{key}"', reveal=False)
-    return len(LIMIT_CASES)
+    return len(cases)
 
 
 # ---- Exercise 2.3: round_to_bf16 ----------------------------------------------------------------------------------
@@ -274,10 +307,26 @@ def fp32_rounding_class(bits: int) -> str:
     return text
 
 
+def _drawn_round_cases(rng) -> list[tuple[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(rng.getrandbits(62))
+    bits = torch.randint(-(2**31), 2**31, (500, 300), dtype=torch.int32, generator=g)
+    scales = torch.tensor([rng.uniform(-30, 30) for _ in range(300)], dtype=torch.float64).exp2()
+    return [
+        (drawn(1, "150,000 random 32-bit patterns"), bits.view(torch.float32)),
+        (
+            drawn(2, "a randn tensor with random column scales"),
+            (torch.randn(500, 300, generator=g, dtype=torch.float64) * scales).float(),
+        ),
+    ]
+
+
 @check("e3_round_to_bf16")
 def check_round_to_bf16(round_to_bf16) -> int:
     expect_callable(round_to_bf16, "round_to_bf16")
     cases = _round_cases()
+    rng = grading_rng("e3_round_to_bf16")
+    if rng is not None:
+        cases += _drawn_round_cases(rng)
     for name, x in cases:
         x_bits = x.view(torch.int32).clone()
         got = call(round_to_bf16, x, case=name)
@@ -345,28 +394,48 @@ def _ulp_cases(name: str) -> list[tuple[str, float]]:
     ]
 
 
-def reference_ulp(x: float, name: str) -> float:
-    """The gap from x to its neighbour one bit pattern further from zero (toward zero at the largest finite)."""
-    f = FORMATS[name]
-    bits = to_bits(x, f)
-    up = float(torch_decode([bits + 1], f)[0])
-    if math.isfinite(up):
-        return abs(up - x)
-    return abs(x - float(torch_decode([bits - 1], f)[0]))
+DATA = Path(__file__).resolve().parent / "data" / "lesson02.json"
+
+
+@functools.cache
+def public_ulps() -> dict[str, dict[str, float]]:
+    """{format: {x.hex(): ulp}} of the public cases, stored (scripts/make_check_data.py)."""
+    stored = json.loads(DATA.read_text())["ulp"]
+    return {name: {x: float.fromhex(u) for x, u in table.items()} for name, table in stored.items()}
+
+
+def _drawn_ulp_cases(rng) -> list[tuple[str, float, str, float]]:
+    """(case, x, format, expected ulp) for values drawn at grading time: random finite bit patterns."""
+    from autograders.references.lesson02 import ulp
+
+    cases = []
+    for name in LESSON_FORMATS:
+        f = FORMATS[name]
+        for _ in range(3):
+            while True:
+                x = float(torch_decode([rng.getrandbits(f.bits)], f)[0])
+                if math.isfinite(x):
+                    break
+            cases.append((drawn(len(cases) + 1, f"ulp({x!r}, {name!r})"), x, name, ulp(x, name)))
+    return cases
 
 
 @check("e4_ulp")
 def check_ulp(ulp) -> int:
     expect_callable(ulp, "ulp")
-    n = 0
-    for name in LESSON_FORMATS:
-        for description, x in _ulp_cases(name):
-            case = f"ulp({x!r}, {name!r}), {description}"
-            got = call(ulp, x, name, case=case)
-            expect_type(got, numbers.Real, case=case, what="the ulp")
-            expect_close(got, reference_ulp(x, name), case=case, what="the ulp", reveal=False)
-            n += 1
-    return n
+    cases = [
+        (f"ulp({x!r}, {name!r}), {description}", x, name, public_ulps()[name][float(x).hex()])
+        for name in LESSON_FORMATS
+        for description, x in _ulp_cases(name)
+    ]
+    rng = grading_rng("e4_ulp")
+    if rng is not None:
+        cases += _drawn_ulp_cases(rng)
+    for case, x, name, expected in cases:
+        got = call(ulp, x, name, case=case)
+        expect_type(got, numbers.Real, case=case, what="the ulp")
+        expect_close(got, expected, case=case, what="the ulp", reveal=False)
+    return len(cases)
 
 
 __all__ = [

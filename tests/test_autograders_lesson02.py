@@ -465,6 +465,8 @@ def test_e4_ignoring_subnormals_fails():
 
 def test_e4_ulp_of_the_largest_finite_value_is_the_gap_below():
     """The spacing above the largest value would be to inf (or E4M3's NaN): the check uses the gap below."""
-    assert lesson02.reference_ulp(65504.0, "fp16") == 32.0 == ulp(65504.0, "fp16")
-    assert lesson02.reference_ulp(448.0, "fp8_e4m3") == 32.0 == ulp(448.0, "fp8_e4m3")
-    assert lesson02.reference_ulp(-0.0, "bf16") == 2.0**-133
+    from autograders.references.lesson02 import ulp as reference_ulp
+
+    assert reference_ulp(65504.0, "fp16") == 32.0 == ulp(65504.0, "fp16")
+    assert reference_ulp(448.0, "fp8_e4m3") == 32.0 == ulp(448.0, "fp8_e4m3")
+    assert reference_ulp(-0.0, "bf16") == 2.0**-133

@@ -1,0 +1,71 @@
+#!/usr/bin/env python
+"""Write the stored answers of the checks' public cases, from the grading references.
+
+    python scripts/make_check_data.py            write autograders/data/lessonNN.json
+    python scripts/make_check_data.py --check    write nothing; exit 1 if a stored value differs
+
+Where a check's reference is an answer to its exercise, the reference lives in autograders/references/ (not in the
+learner release) and the check compares its public cases with values stored here, so that the learner's copy of
+the checks works without it. Values are stored as float.hex() (exact). tests/test_check_data.py runs --check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def lesson02() -> dict:
+    from autograders.lesson02 import _ulp_cases
+    from autograders.references.lesson02 import ulp
+    from memlab.formats import LESSON_FORMATS
+
+    return {
+        "ulp": {
+            name: {float(x).hex(): ulp(x, name).hex() for _, x in _ulp_cases(name)} for name in LESSON_FORMATS
+        }
+    }
+
+
+def lesson03() -> dict:
+    from autograders.lesson03 import _underflow_cases
+    from autograders.references.lesson03 import underflow_fraction
+
+    return {
+        "underflow_fraction": {
+            name: underflow_fraction(grads, scale, dtype).hex()
+            for name, grads, scale, dtype in _underflow_cases()
+        }
+    }
+
+
+MAKERS = {"lesson02": lesson02, "lesson03": lesson03}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything differs")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, make in MAKERS.items():
+        path = ROOT / "autograders" / "data" / f"{name}.json"
+        text = json.dumps(make(), indent=1, sort_keys=True) + "\n"
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path))
+        else:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+    for path in stale:
+        print(f"out of date: {path} (run python scripts/make_check_data.py)")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Cases drawn at grading time (issue: every case a check runs is public, since learners have autograders/).
+
+Under strict grading (COURSE_GRADING=strict with a seed, as scripts/grade.py runs the kernel) every CPU check adds
+cases drawn from the seed to its public ones. A right answer passes them; an answer hard-coded to the public cases
+(it replays what the right answer returned for every public input, and anything else otherwise) passes a learner's
+check but scores 0 when graded.
+"""
+
+from __future__ import annotations
+
+import pytest
+import test_autograders_lesson01 as l01
+import test_autograders_lesson02 as l02
+import test_autograders_lesson03 as l03
+
+import autograders.kit as kit
+from autograders.kit import CheckFailed
+
+HAS_BNB = l01.HAS_BNB
+
+#: (check, right answer); the hard-coded answer is built from the right one (all but the stateful exercises:
+#: a learner cannot hard-code an optimizer's or a scaler's behaviour from its public cases any more than solve it)
+CHECKS = [
+    (l01.check_optimizer_state_bytes, l01.optimizer_state_bytes),
+    pytest.param(l01.check_adamw8bit_state_bytes, l01.adamw8bit_state_bytes, marks=l01.needs_bnb),
+    (l01.check_predict_live_bytes, l01.predict_live_bytes),
+    (l01.check_kv_cache_bytes, l01.kv_cache_bytes),
+    (l01.check_training_state_bytes, l01.training_state_bytes),
+    (l02.check_decode, l02.decode),
+    (l02.check_format_limits, l02.format_limits),
+    (l02.check_round_to_bf16, l02.round_to_bf16),
+    (l02.check_ulp, l02.ulp),
+    (l03.check_underflow_fraction, l03.underflow_fraction),
+    (l03.check_dynamic_loss_scaler, l03.DynamicLossScaler),
+    (l03.check_amp_train_step, l03.amp_train_step),
+]
+HARD_CODABLE = {
+    "e2_adamw8bit_state_bytes",
+    "e3_predict_live_bytes",
+    "e4_kv_cache_bytes",
+    "e5_training_state_bytes",
+    "e1_decode",
+    "e2_format_limits",
+    "e3_round_to_bf16",
+    "e4_ulp",
+    "e1_underflow_fraction",
+}
+
+
+def _key(args, kwargs) -> str:
+    """What a hard-coded answer can recognise its inputs by (tensors by their full contents)."""
+    import torch
+
+    def one(value):
+        if isinstance(value, torch.Tensor):
+            return ("tensor", value.dtype, tuple(value.shape), value.detach().cpu().double().sum().item())
+        if isinstance(value, (list, tuple)):
+            return tuple(one(v) for v in value)
+        if hasattr(value, "to_dict"):  # a transformers config
+            return repr(sorted(value.to_dict().items()))
+        return repr(value)
+
+    return repr((one(list(args)), one(sorted(kwargs.items()))))
+
+
+def hard_coded(check_fn, answer):
+    """An answer that knows the public cases by heart: it replays the right answer's results for their inputs."""
+    table = {}
+
+    def recording(*args, **kwargs):
+        result = answer(*args, **kwargs)
+        table[_key(args, kwargs)] = result
+        return result
+
+    check_fn(recording)  # learner mode: the public cases only
+
+    def replay(*args, **kwargs):
+        key = _key(args, kwargs)
+        if key in table:
+            return table[key]
+        return next(iter(table.values()))  # the right type, the wrong value
+
+    return replay
+
+
+def _count(line: str) -> int:
+    return int(line.split(": ")[1].split()[0])
+
+
+@pytest.mark.parametrize("check_fn, answer", CHECKS, ids=lambda v: getattr(v, "check_name", ""))
+def test_a_right_answer_passes_the_drawn_cases_too(check_fn, answer, monkeypatch, no_gpu, capsys):
+    monkeypatch.setattr(kit, "_STRICT", False)
+    monkeypatch.setattr(kit, "_SEED", None)
+    check_fn(answer)
+    public = _count(capsys.readouterr().out)
+    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.setattr(kit, "_SEED", 20261123)
+    assert check_fn(answer) is None
+    assert _count(capsys.readouterr().out) > public
+
+
+@pytest.mark.parametrize(
+    "check_fn, answer",
+    [c for c in CHECKS if getattr(c, "values", c)[0].check_name in HARD_CODABLE],
+    ids=lambda v: getattr(v, "check_name", ""),
+)
+def test_an_answer_hard_coded_to_the_public_cases_scores_nothing_when_graded(
+    check_fn, answer, monkeypatch, no_gpu, capsys
+):
+    monkeypatch.setattr(kit, "_STRICT", False)
+    monkeypatch.setattr(kit, "_SEED", None)
+    cheat = hard_coded(check_fn, answer)
+    assert check_fn(cheat) is None  # a learner's own check cannot tell
+    capsys.readouterr()
+    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.setattr(kit, "_SEED", 7)
+    with pytest.raises(CheckFailed, match="drawn at grading time"):
+        check_fn(cheat)
+
+
+def test_draws_depend_on_the_seed_and_the_check_and_nothing_else(monkeypatch):
+    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.setattr(kit, "_SEED", 1)
+    first = kit.grading_rng("e4_ulp").random()
+    assert kit.grading_rng("e4_ulp").random() == first  # reproducible: --jobs and shards grade alike
+    assert kit.grading_rng("e1_decode").random() != first  # every check has its own stream
+    monkeypatch.setattr(kit, "_SEED", 2)
+    assert kit.grading_rng("e4_ulp").random() != first  # another seed, other cases
+
+
+def test_no_cases_are_drawn_for_a_learner(monkeypatch):
+    monkeypatch.setattr(kit, "_STRICT", False)
+    monkeypatch.setattr(kit, "_SEED", None)
+    assert kit.grading_rng("e4_ulp") is None
+
+
+def test_the_seed_is_read_only_under_strict_grading(monkeypatch):
+    import importlib
+    import os
+
+    monkeypatch.setenv(kit.GRADING_ENV, "strict")
+    monkeypatch.setenv(kit.SEED_ENV, "42")
+    fresh = importlib.util.module_from_spec(importlib.util.find_spec("autograders.kit"))
+    fresh.__spec__.loader.exec_module(fresh)
+    assert fresh.grading_seed() == 42
+    monkeypatch.setenv(kit.GRADING_ENV, "")
+    fresh = importlib.util.module_from_spec(importlib.util.find_spec("autograders.kit"))
+    fresh.__spec__.loader.exec_module(fresh)
+    assert fresh.grading_seed() is None
+    assert os.environ[kit.SEED_ENV] == "42"
