@@ -51,7 +51,8 @@ def no_gpu(monkeypatch):
 def real_grading(tmp_path_factory):
     """scripts/grade.py on every lesson in solutions/ with two students: `solved` submits the solution notebook,
     `blank` the learner version (built from the same snapshot of solutions/). Kept: the CSV rows, the nbgrader course
-    directory (autograded notebooks under course/autograded/<student>/<lesson>/) and the script's output."""
+    with every submission (`course`; `autograded(student, lesson)` is the path of an autograded notebook) and the
+    script's output."""
     from nbgrader_pipeline import SOLUTIONS, build_lessons, lesson_slugs, run_grade
 
     slugs = lesson_slugs()
@@ -78,7 +79,10 @@ def real_grading(tmp_path_factory):
         slugs=slugs,
         solutions=snapshot,
         rows=rows,
-        course=tmp / "course",
+        course=tmp / "course" / "course",
+        autograded=lambda student, slug: next(
+            (tmp / "course" / "course" / "autograded").glob(f"s*-{student}/{slug}/{slug}.ipynb")
+        ),
         stdout=proc.stdout,
         stderr=proc.stderr,
     )

@@ -1,6 +1,7 @@
 """The nbgrader round trip on the real lessons, through scripts/grade.py (design brief §6): for every lesson in
-solutions/, the solution notebook submitted as is gets full points, except the cells whose check needs hardware
-this machine lacks (NotGradedHere, said in the notes), and the blank learner version gets 0.
+solutions/, the solution notebook submitted as is gets every autograded point, except the cells whose check needs
+hardware this machine lacks (NotGradedHere, said in the notes), and its written answer waits for a human; the blank
+learner version gets 0 and "no answer written".
 
 The grading run is the `real_grading` fixture in conftest.py, shared with test_learner_versions.py.
 """
@@ -14,25 +15,37 @@ SLUGS = lesson_slugs()
 pytestmark = pytest.mark.slow
 
 
+def _split(slug, solutions):
+    points = graded_cells(solutions / slug / f"{slug}.ipynb")
+    auto = {g: p for g, p in points.items() if g.endswith("_check")}
+    manual = {g: p for g, p in points.items() if g not in auto}
+    return auto, manual
+
+
 @pytest.mark.parametrize("slug", SLUGS)
 def test_solution_gets_full_points(real_grading, slug):
-    points = graded_cells(real_grading.solutions / slug / f"{slug}.ipynb")
+    auto, manual = _split(slug, real_grading.solutions)
     row = row_for(real_grading.rows, "solved", slug)
-    not_graded_here = [g for g in points if f"{g}: NotGradedHere" in row["notes"]]
-    lost = {g: float(row[g]) for g in points if float(row[g]) != points[g] and g not in not_graded_here}
+    not_graded_here = [g for g in auto if f"{g}: NotGradedHere" in row["notes"]]
+    lost = {g: float(row[g]) for g in auto if float(row[g]) != auto[g] and g not in not_graded_here}
     assert not lost, f"{slug}: the solution lost points: {lost}; notes: {row['notes']}"
     assert all(float(row[g]) == 0 for g in not_graded_here)
-    assert float(row["max"]) == sum(points.values()) == 10
-    assert float(row["total"]) == 10 - sum(points[g] for g in not_graded_here)
+    assert sum(auto.values()) == 10 and sum(manual.values()) == 2
+    assert float(row["max"]) == 12 and float(row["needs_manual"]) == 2
+    assert all(row[g] == "" and f"{g}: needs manual grading" in row["notes"] for g in manual)
+    assert float(row["total"]) == 10 - sum(auto[g] for g in not_graded_here)
+    assert row["flags"] == "", row["flags"]  # the course's own solution trips no tampering detector
 
 
 @pytest.mark.parametrize("slug", SLUGS)
 def test_learner_version_gets_zero(real_grading, slug):
-    points = graded_cells(real_grading.solutions / slug / f"{slug}.ipynb")
+    auto, manual = _split(slug, real_grading.solutions)
     row = row_for(real_grading.rows, "blank", slug)
-    assert {g: float(row[g]) for g in points} == dict.fromkeys(points, 0.0), row["notes"]
-    assert float(row["total"]) == 0 and float(row["max"]) == 10
-    assert all(f"{g}: " in row["notes"] for g in points)  # each lost cell says why
+    assert {g: float(row[g]) for g in [*auto, *manual]} == dict.fromkeys([*auto, *manual], 0.0), row["notes"]
+    assert float(row["total"]) == 0 and float(row["max"]) == 12 and float(row["needs_manual"]) == 0
+    assert all(f"{g}: " in row["notes"] for g in auto)  # each lost cell says why
+    assert all(f"{g}: no answer written" in row["notes"] for g in manual)
+    assert row["flags"] == ""
 
 
 @pytest.mark.parametrize("slug", SLUGS)
@@ -41,6 +54,7 @@ def test_csv_agrees_with_the_gradebook(real_grading, slug):
 
     with Gradebook("sqlite:///" + str(real_grading.course / "gradebook.db")) as gradebook:
         for student in ("solved", "blank"):
-            submission = gradebook.find_submission(slug, student)
+            (record,) = [s for s in gradebook.students if s.first_name == student]
+            submission = gradebook.find_submission(slug, record.id)
             row = row_for(real_grading.rows, student, slug)
             assert (float(row["total"]), float(row["max"])) == (submission.score, submission.max_score)

@@ -98,7 +98,7 @@ def test_learner_version_hides_the_solutions(learner_versions, slug):
 @pytest.mark.slow
 @pytest.mark.parametrize("slug", SLUGS)
 def test_no_graded_cell_passes_on_the_learner_version(real_grading, slug):
-    executed = real_grading.course / "autograded" / "blank" / slug / f"{slug}.ipynb"
+    executed = real_grading.autograded("blank", slug)
     results = validate_executed(executed, invert=True)
     passed = [cell["source"].splitlines()[0] for cell in results.get("passed", [])]
     assert not passed, f"graded cells that pass on the learner version of {slug}: {passed}"
@@ -108,7 +108,7 @@ def test_no_graded_cell_passes_on_the_learner_version(real_grading, slug):
 @pytest.mark.slow
 @pytest.mark.parametrize("slug", SLUGS)
 def test_every_graded_cell_passes_on_the_solution(real_grading, slug):
-    executed = real_grading.course / "autograded" / "solved" / slug / f"{slug}.ipynb"
+    executed = real_grading.autograded("solved", slug)
     results = validate_executed(executed)
     assert set(results) <= {"failed"}, results
     failed = [cell for cell in results.get("failed", []) if "NotGradedHere" not in cell["raw_error"]]

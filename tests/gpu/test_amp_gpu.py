@@ -1,16 +1,18 @@
 """On a real GPU: bf16 autocast against fp32 on the same activation-dominated model (lesson 03, Exercise 3.4).
 
-The measurement is the lesson-03 check's own, `autograders.lesson03.reference_amp_step` on `amp_setup(...)` at the
-check's CUDA profile: the same code that tests/test_autograders_lesson03.py runs on the CPU at tiny sizes.
+The measurement is Exercise 3.4 done as the lesson asks (`autograders.references.lesson03.measure_amp_step`, the
+grading reference) on the check's own set-up (`amp_setup(...)` at its CUDA profile).
 """
 
 import pytest
 import torch
 
 from autograders.kit import GRADING_ENV
-from autograders.lesson03 import E4_PROFILES, amp_setup, check_measure_amp_step, reference_amp_step
+from autograders.lesson03 import E4_PROFILES, amp_setup, check_measure_amp_step
+from autograders.references.lesson03 import measure_amp_step as reference_amp_step
 
 MiB = 1024**2
+STEPS = 10
 
 
 @pytest.fixture
@@ -24,7 +26,7 @@ def _measure(device, dtype) -> tuple[dict, int]:
     profile = E4_PROFILES["cuda"]
     model, optimizer, batch = amp_setup(device, profile["widths"], profile["batch"])
     n_params = sum(p.numel() for p in model.parameters())
-    result = reference_amp_step(model, batch, optimizer, dtype, steps=profile["steps"])
+    result = reference_amp_step(model, batch, optimizer, dtype, steps=STEPS)
     del model, optimizer, batch
     torch.cuda.empty_cache()
     return result, n_params
@@ -38,7 +40,7 @@ def test_bf16_autocast_lowers_the_peak_of_an_activation_dominated_step(gpu_resul
     gpu_results["amp_bf16_vs_fp32_mlp"] = {
         "widths": profile["widths"],
         "batch": profile["batch"],
-        "steps": profile["steps"],
+        "steps": STEPS,
         "optimizer": "AdamW",
         "n_params": n_params,
         "model_state_mib": model_state / MiB,

@@ -1,0 +1,134 @@
+"""scripts/grade.py for a class: --jobs gives the same CSV as one at a time, --shard K/N + --merge the same as one
+machine, and the CSV is written as grading goes (a grader killed half-way leaves every row graded so far)."""
+
+from __future__ import annotations
+
+import csv
+import signal
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+from nbgrader_pipeline import FIXTURE_SOLUTIONS, SCRIPTS, build_lessons, run_grade, write_notebook
+
+SLUG = "00-fixture"
+NOTEBOOK = f"{SLUG}.ipynb"
+COMMON = ["--solutions", str(FIXTURE_SOLUTIONS), "--seed", "11", "--timeout", "20"]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def class_folder(tmp_path_factory):
+    """Five students: solved, blank, one exercise wrong, an unreadable notebook, a name with a space."""
+    subs = tmp_path_factory.mktemp("class") / "submissions"
+    solution = nbformat.read(FIXTURE_SOLUTIONS / SLUG / NOTEBOOK, as_version=4)
+    learner = nbformat.reads(
+        build_lessons.render(FIXTURE_SOLUTIONS)[f"{SLUG}/{NOTEBOOK}"].decode(), as_version=4
+    )
+    partial = nbformat.read(FIXTURE_SOLUTIONS / SLUG / NOTEBOOK, as_version=4)
+    for cell in partial.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "e2_add":
+            cell.source = cell.source.replace("return a + b", "return a * b")
+    write_notebook(solution, subs / "ada" / SLUG, NOTEBOOK)
+    write_notebook(learner, subs / "bea" / SLUG, NOTEBOOK)
+    write_notebook(partial, subs / "cy" / SLUG, NOTEBOOK)
+    (subs / "dan" / SLUG).mkdir(parents=True)
+    (subs / "dan" / SLUG / NOTEBOOK).write_text("not a notebook")
+    write_notebook(solution, subs / "eve n" / SLUG, NOTEBOOK)
+    return subs
+
+
+def _lines(path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time(class_folder, tmp_path_factory):
+    out = tmp_path_factory.mktemp("jobs1") / "grades.csv"
+    proc, rows = run_grade(class_folder, out, *COMMON, "--jobs", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out, rows
+
+
+def test_the_class_is_graded(one_at_a_time):
+    _, rows = one_at_a_time
+    totals = {r["student"]: r["total"] for r in rows}
+    assert [r["student"] for r in rows] == ["ada", "bea", "cy", "dan", "eve n"]
+    assert totals["ada"] == totals["eve n"] and float(totals["ada"]) >= 8
+    assert totals["bea"] == "0" and totals["dan"] == "0"
+    assert float(totals["cy"]) == float(totals["ada"]) - 4
+
+
+def test_jobs_gives_the_same_csv(class_folder, one_at_a_time, tmp_path):
+    out, _ = one_at_a_time
+    proc, _ = run_grade(class_folder, tmp_path / "grades.csv", *COMMON, "--jobs", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _lines(tmp_path / "grades.csv") == _lines(out)
+    assert _lines(tmp_path / "grades-students.csv") == _lines(out.with_name("grades-students.csv"))
+
+
+def test_shards_merged_give_the_same_csv(class_folder, one_at_a_time, tmp_path):
+    out, _ = one_at_a_time
+    shards = []
+    for k in (1, 2):
+        shard = tmp_path / f"shard-{k}.csv"
+        proc, rows = run_grade(class_folder, shard, *COMMON, "--shard", f"{k}/2")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert rows and len(rows) < 5  # each shard grades part of the class
+        shards.append(shard)
+    merged = tmp_path / "grades.csv"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "grade.py"), "--merge", *map(str, shards), "--out", str(merged)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert _lines(merged) == _lines(out)
+    assert _lines(tmp_path / "grades-students.csv") == _lines(out.with_name("grades-students.csv"))
+
+
+def test_merging_the_same_shard_twice_is_refused(one_at_a_time, tmp_path):
+    out, _ = one_at_a_time
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPTS / "grade.py"),
+            "--merge",
+            str(out),
+            str(out),
+            "--out",
+            str(tmp_path / "m.csv"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "is in both" in proc.stderr
+    assert not (tmp_path / "m.csv").exists()
+
+
+def test_rows_are_written_as_they_are_graded(class_folder, tmp_path):
+    """Kill the grader after its first graded row: the CSV keeps the header and that row."""
+    out = tmp_path / "grades.csv"
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "grade.py"), str(class_folder), "--out", str(out), *COMMON],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and not (out.exists() and len(_lines(out)) >= 2):
+            time.sleep(0.2)
+    finally:
+        import os
+
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with open(out, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows and rows[0]["student"] == "ada" and rows[0]["total"] != ""
