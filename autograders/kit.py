@@ -73,6 +73,20 @@ def grading_rng(check_name: str) -> random.Random | None:
     return random.Random(f"{_SEED}/{check_name}")
 
 
+def references(lesson: str):
+    """The grading references of a lesson (autograders/references/lessonNN.py), for the cases drawn at grading
+    time; they are not in the learner release, so grading for credit needs the instructor's copy of the course."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"autograders.references.{lesson}")
+    except ModuleNotFoundError:
+        raise RuntimeError(
+            "grading for credit needs autograders/references/, which the learner release leaves out: grade with "
+            "the instructor's copy of the course"
+        ) from None
+
+
 def drawn(i: int, description: str) -> str:
     """The name of a case drawn at grading time, as the messages show it."""
     return f"drawn at grading time #{i}, {description}"

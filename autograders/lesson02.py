@@ -31,6 +31,7 @@ from autograders.kit import (
     expect_type,
     grading_rng,
     how_far,
+    references,
 )
 from memlab.formats import FORMATS, LESSON_FORMATS, FloatFormat, bit_fields, to_bits
 
@@ -223,8 +224,7 @@ def reference_limits(name: str) -> dict[str, float]:
 
 def _drawn_formats(rng) -> list[tuple[str, tuple, dict[str, float]]]:
     """Formats no dtype of torch has, drawn at grading time, with their limits from the grading reference."""
-    from autograders.references.lesson02 import limits
-
+    limits = references("lesson02").limits
     cases = []
     for i in range(1, 5):
         e, m = rng.randint(2, 9), rng.randint(1, 12)
@@ -406,8 +406,7 @@ def public_ulps() -> dict[str, dict[str, float]]:
 
 def _drawn_ulp_cases(rng) -> list[tuple[str, float, str, float]]:
     """(case, x, format, expected ulp) for values drawn at grading time: random finite bit patterns."""
-    from autograders.references.lesson02 import ulp
-
+    ulp = references("lesson02").ulp
     cases = []
     for name in LESSON_FORMATS:
         f = FORMATS[name]

@@ -37,6 +37,7 @@ from autograders.kit import (
     grading_rng,
     how_far,
     needs_hardware,
+    references,
 )
 from memlab.measure import track_memory
 from memlab.models import mlp
@@ -119,8 +120,7 @@ def public_underflow() -> dict[str, float]:
 
 
 def _drawn_underflow_cases(rng: random.Random):
-    from autograders.references.lesson03 import underflow_fraction
-
+    underflow_fraction = references("lesson03").underflow_fraction
     cases = []
     for i in range(1, 4):
         low = rng.randint(-60, -20)

@@ -1,0 +1,92 @@
+#!/usr/bin/env python
+"""Build the learner release: what an instructor hands a class graded for credit.
+
+    python scripts/release.py OUT_DIR [--zip]
+
+The repository itself holds the solutions (solutions/, the single source of every lesson), the grading references
+(autograders/references/) and the tests; a self-study learner may clone it as it is. For a class graded for credit,
+give learners OUT_DIR instead (or OUT_DIR.zip with --zip). It holds:
+
+    lessons/NN-slug/...      the learner versions, generated now from solutions/ (no solutions, no hidden tests,
+                             no model answers of the written questions)
+    memlab/, autograders/    the toolkit and the checks, without autograders/references/ (the checks' public cases
+                             compare with the stored values in autograders/data/)
+    jupyter-config/learner/  the learner's JupyterLab view, installed by pyproject.toml
+    README.md                the learner part of this README (install, open, what you see)
+    requirements.txt, environment.yml, pyproject.toml
+    RELEASE.json             the commit it was built from and a SHA-256 of every file
+
+Nothing else: no solutions/, tests/, scripts/, results/, .ci/. tests/test_release.py builds one and checks it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from build_lessons import ROOT, render  # noqa: E402
+
+COPIED = ["requirements.txt", "environment.yml", "pyproject.toml"]
+PACKAGES = ["memlab", "autograders"]
+NEVER = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "references")
+README_END = "<!-- the learner release's README ends here -->"
+CLONE = "git clone <this repository> memlab-course && cd memlab-course"
+
+
+def learner_readme(readme: str) -> str:
+    """The README up to the instructors' part, with the release's first step instead of `git clone`."""
+    if README_END not in readme or CLONE not in readme:
+        raise SystemExit(f"release.py: README.md must contain {README_END!r} and {CLONE!r}")
+    text = readme.split(README_END)[0].rstrip() + "\n"
+    return text.replace(CLONE, "cd memlab-course    # the folder of this release, unpacked")
+
+
+def build(out: Path) -> list[str]:
+    """Write the release into `out` (which must not exist); the list of its files."""
+    out.mkdir(parents=True)
+    for relative, data in render(ROOT / "solutions").items():
+        target = out / "lessons" / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, out / package, ignore=NEVER)
+    shutil.copytree(ROOT / "jupyter-config" / "learner", out / "jupyter-config" / "learner", ignore=NEVER)
+    for name in COPIED:
+        shutil.copy(ROOT / name, out / name)
+    (out / "README.md").write_text(learner_readme((ROOT / "README.md").read_text()))
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    manifest = {
+        "built_from_commit": commit or None,
+        "files": {f: hashlib.sha256((out / f).read_bytes()).hexdigest() for f in files},
+    }
+    (out / "RELEASE.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, metavar="OUT_DIR", help="a folder that does not exist yet")
+    parser.add_argument("--zip", action="store_true", help="also write OUT_DIR.zip")
+    args = parser.parse_args(argv)
+    if args.out.exists():
+        print(f"release.py: error: {args.out} already exists", file=sys.stderr)
+        return 2
+    files = build(args.out)
+    print(f"wrote {args.out}: {len(files)} files")
+    if args.zip:
+        archive = shutil.make_archive(str(args.out), "zip", root_dir=args.out.parent, base_dir=args.out.name)
+        print(f"wrote {archive}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

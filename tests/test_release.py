@@ -1,0 +1,146 @@
+"""scripts/release.py: the learner release holds lessons, toolkit and checks, and nothing that gives answers away.
+
+A learner graded for credit gets this folder instead of the repository: no solutions/, no grading references, no
+hidden tests, no model answers of the written questions, no tests/; its checks still work (the public cases compare
+with stored values), and under strict grading they say that grading needs the instructor's copy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import nbformat
+import pytest
+from nbgrader_pipeline import SCRIPTS, SOLUTIONS, lesson_slugs
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    out = tmp_path_factory.mktemp("release") / "memlab-course"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "release.py"), str(out), "--zip"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_it_holds_the_lessons_the_toolkit_and_the_checks(release):
+    top = sorted(p.name for p in release.iterdir())
+    assert top == [
+        "README.md",
+        "RELEASE.json",
+        "autograders",
+        "environment.yml",
+        "jupyter-config",
+        "lessons",
+        "memlab",
+        "pyproject.toml",
+        "requirements.txt",
+    ]
+    for slug in lesson_slugs():
+        assert (release / "lessons" / slug / f"{slug}.ipynb").is_file()
+    assert (release / "autograders" / "kit.py").is_file() and (release / "autograders" / "data").is_dir()
+    assert release.with_suffix(".zip").is_file()
+    manifest = json.loads((release / "RELEASE.json").read_text())
+    assert set(manifest["files"]) == {
+        p.relative_to(release).as_posix()
+        for p in release.rglob("*")
+        if p.is_file() and p.name != "RELEASE.json"
+    }
+
+
+def test_nothing_that_gives_answers_away(release):
+    names = {p.relative_to(release).as_posix() for p in release.rglob("*")}
+    assert not any(n.startswith(("solutions", "tests", "scripts", "results", ".ci")) for n in names)
+    assert not any("references" in n for n in names)
+    for path in release.rglob("*.ipynb"):
+        text = path.read_text()
+        for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "BEGIN MARK SCHEME", "Rubric"):
+            assert marker not in text, (path, marker)
+    for slug in lesson_slugs():  # no line of a solution that the lesson does not also show elsewhere
+        source = nbformat.read(SOLUTIONS / slug / f"{slug}.ipynb", as_version=4)
+        released = nbformat.read(release / "lessons" / slug / f"{slug}.ipynb", as_version=4)
+        released_text = "\n".join(cell.source for cell in released.cells)
+        shown = "\n".join(c.source for c in source.cells if not c.metadata.get("nbgrader", {}).get("solution"))
+        for cell in source.cells:
+            if cell.metadata.get("nbgrader", {}).get("solution"):
+                body = cell.source.split("### BEGIN SOLUTION")[-1].split("### END SOLUTION")[0]
+                own = [line.strip() for line in body.splitlines() if len(line.strip()) > 20]
+                own = [line for line in own if line not in shown]
+                leaked = [line for line in own if line in released_text]
+                assert own and not leaked, (slug, cell.metadata["nbgrader"]["grade_id"], leaked)
+    readme = (release / "README.md").read_text()
+    assert (
+        "git clone" not in readme and "Grade submissions" not in readme and "jupyter lab lessons/" in readme
+    )
+
+
+def _run_in_release(release, code: str, **env) -> subprocess.CompletedProcess:
+    import os
+
+    environment = {**os.environ, "PYTHONPATH": str(release), "HF_HUB_OFFLINE": "1", **env}
+    environment.pop("COURSE_GRADING", None) if "COURSE_GRADING" not in env else None
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=release,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+CHECK_ULP = (
+    "import sys, math; sys.path.insert(0, '.');"
+    "import autograders.lesson02 as l; assert 'references' not in str(l.__file__);"
+    "from tests_ulp import ulp; l.check_ulp(ulp)"
+)
+ULP = """
+import math
+from memlab.formats import FORMATS
+def ulp(x, fmt):
+    f = FORMATS[fmt]
+    bias = 2 ** (f.exponent_bits - 1) - 1
+    emin = 1 - bias
+    if x == 0:
+        return 2.0 ** (emin - f.mantissa_bits)
+    e = max(math.floor(math.log2(abs(x))), emin)
+    if 2.0 ** (e + 1) <= abs(x):
+        e += 1
+    return 2.0 ** (e - f.mantissa_bits)
+"""
+
+
+def test_its_checks_work_for_a_learner(release):
+    (release / "tests_ulp.py").write_text(ULP)
+    try:
+        proc = _run_in_release(release, CHECK_ULP)
+    finally:
+        (release / "tests_ulp.py").unlink()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "✓ e4_ulp: 55 cases passed" in proc.stdout
+
+
+def test_grading_for_credit_from_it_says_it_needs_the_instructors_copy(release):
+    (release / "tests_ulp.py").write_text(ULP)
+    try:
+        proc = _run_in_release(release, CHECK_ULP, COURSE_GRADING="strict", COURSE_GRADING_SEED="5")
+    finally:
+        (release / "tests_ulp.py").unlink()
+    assert proc.returncode != 0
+    assert "grading for credit needs autograders/references/" in proc.stderr
+
+
+def test_an_existing_folder_is_refused(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "release.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "already exists" in proc.stderr
