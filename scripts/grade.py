@@ -500,6 +500,15 @@ def main(argv: list[str] | None = None) -> int:
     if shard:
         indexed = [(i, s) for i, s in indexed if i % shard[1] == shard[0] - 1]
     problem = isolation_problem()
+    if problem is None and not args.no_isolation:
+        from grade_sandbox import namespaces_available
+
+        if not namespaces_available():
+            print(
+                "grade.py: warning: this machine refuses user/PID namespaces: a submission's processes are "
+                "tracked and killed by the monitor instead (Landlock still confines them)",
+                file=sys.stderr,
+            )
     if problem and not args.no_isolation:
         fail(
             f"{problem}. Grade on a Linux machine with Landlock, or pass --no-isolation (a submission could "

@@ -145,6 +145,16 @@ def _unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
 
 
+def namespaces_available() -> bool:
+    """Whether this user may create the PID namespace the sandbox puts a kernel in (tried in a throwaway child)."""
+    flags = CLONE_NEWPID | (0 if os.getuid() == 0 else CLONE_NEWUSER)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if _libc.unshare(flags) == 0 else 1)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
 def _mount_proc() -> None:
     """A /proc that shows only this PID namespace (in a mount namespace of our own)."""
     _unshare(CLONE_NEWNS)
@@ -227,10 +237,12 @@ def monitor(child: int, config: dict, namespace: str | None) -> int:
     seen: set[int] = {child}
     stopped = None
     status = 0
-    parent = os.getppid()
+    launcher = os.getppid()
     while True:
-        if os.getppid() != parent:  # the grader's worker is gone: nobody will read this kernel any more
-            _kill(child)
+        if (
+            os.getppid() != launcher
+        ):  # the launcher was killed (a kernel shutdown): take the whole family down
+            break
         try:
             pid, status = os.waitpid(child, os.WNOHANG)
         except ChildProcessError:
@@ -242,8 +254,7 @@ def monitor(child: int, config: dict, namespace: str | None) -> int:
         else:  # no PID namespace: everything that descends from the child
             members = []
             for p in _processes():
-                parent = _parent_of(p)
-                if p in seen or parent in seen:
+                if p in seen or _parent_of(p) in seen:
                     seen.add(p)
                     members.append(p)
         if stopped is None:
@@ -262,9 +273,11 @@ def monitor(child: int, config: dict, namespace: str | None) -> int:
                 for p in [child, *members]:
                     _kill(p)
         time.sleep(0.1)
+    _kill(child)  # with a namespace, its init: the kernel dies by PDEATHSIG and the namespace with it
     if namespace is None:  # no namespace to take them all down: kill what is left of the family
         for p in _processes():
             if p in seen or _parent_of(p) in seen:
+                seen.add(p)
                 _kill(p)
     if os.WIFSIGNALED(status):
         return 128 + os.WTERMSIG(status)
@@ -603,16 +616,44 @@ def install_hook(report_fd: int, key: bytes, config: dict) -> None:
 # ---- main -------------------------------------------------------------------------------------------------------
 
 
+def _launcher(monitor_pid: int) -> None:
+    """The process jupyter_client started and will signal or kill: it passes signals on to the monitor and leaves
+    with it. Killed outright (a kernel shutdown), it leaves the monitor orphaned, which then kills every process of
+    the kernel: a monitor jupyter_client could kill itself could not clean up."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, lambda signum, frame: _forward(monitor_pid, signum))
+    while True:
+        try:
+            _, status = os.waitpid(monitor_pid, 0)
+            break
+        except InterruptedError:
+            continue
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
 def _isolate(config: dict) -> dict:
-    """Namespaces and the monitor. Returns what was achieved; only the kernel process returns from here."""
+    """Namespaces and the monitor. Returns what was achieved; only the kernel process returns from here.
+
+    launcher (the pid jupyter_client knows) -> monitor (own session, outside any namespace) -> init (PID 1 of the
+    namespace, reaps orphans) -> kernel; without namespaces: launcher -> monitor -> kernel.
+    """
     achieved = {"pid_namespace": False, "landlock": 0}
     if not config.get("isolate", True):
         return achieved
+    monitor_pid = os.fork()
+    if monitor_pid:
+        _launcher(monitor_pid)  # never returns
+    os.setsid()
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWPID if uid == 0 else CLONE_NEWPID | CLONE_NEWUSER
+    # an ordinary user needs a user namespace to own a PID namespace; root does not, unless told to (the tests run
+    # the ordinary user's path that way). "namespaces": false skips both (the fallback where they are refused).
+    with_user = uid != 0 or config.get("user_namespace") == "always"
+    flags = CLONE_NEWPID | (CLONE_NEWUSER if with_user else 0)
     try:
+        if not config.get("namespaces", True):
+            raise OSError("namespaces switched off")
         _unshare(flags)
-        if uid != 0:
+        if with_user:
             with open("/proc/self/setgroups", "w") as fh:
                 fh.write("deny")
             with open("/proc/self/uid_map", "w") as fh:
@@ -628,6 +669,7 @@ def _isolate(config: dict) -> dict:
         namespace = _pid_namespace(init) if namespaces else None
         if namespace == _pid_namespace(os.getpid()):
             namespace = None
+        _record_monitor(config, {"isolation": achieved | {"pid_namespace": namespaces}})
         os._exit(monitor(init, config, namespace))
     _die_with_parent()
     if namespaces:

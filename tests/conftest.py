@@ -6,6 +6,8 @@ module imports ``datasets``/``transformers`` (https://huggingface.co/docs/huggin
 
 import os
 import shutil
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +15,9 @@ import pytest
 import autograders.kit as kit
 import memlab.hardware as hardware
 
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1] / "scripts")
+)  # the scripts import as modules in tests
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
@@ -71,8 +76,28 @@ def real_grading(tmp_path_factory):
         shutil.copy(snapshot / slug / f"{slug}.ipynb", submissions / "solved" / slug / f"{slug}.ipynb")
         (submissions / "blank" / slug).mkdir(parents=True)
         (submissions / "blank" / slug / f"{slug}.ipynb").write_bytes(released[f"{slug}/{slug}.ipynb"])
+    if "02-numeric-formats" in slugs:  # a learner whose ulp calls the grader's own reference implementation
+        import nbformat
+
+        nb = nbformat.read(snapshot / "02-numeric-formats" / "02-numeric-formats.ipynb", as_version=4)
+        (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "e4_ulp"]
+        cell.source = (
+            "from autograders.references.lesson02 import ulp as _grader_ulp\n\n\n"
+            "def ulp(x, fmt):\n    return _grader_ulp(x, fmt)\n"
+        )
+        (submissions / "reference_caller" / "02-numeric-formats").mkdir(parents=True)
+        nbformat.write(
+            nb, submissions / "reference_caller" / "02-numeric-formats" / "02-numeric-formats.ipynb"
+        )
     proc, rows = run_grade(
-        submissions, tmp / "grades.csv", "--solutions", str(snapshot), "--keep", str(tmp / "course")
+        submissions,
+        tmp / "grades.csv",
+        "--solutions",
+        str(snapshot),
+        "--keep",
+        str(tmp / "course"),
+        "--jobs",
+        "2",
     )
     assert proc.returncode == 0, f"scripts/grade.py failed:\n{proc.stdout}\n{proc.stderr}"
     return SimpleNamespace(

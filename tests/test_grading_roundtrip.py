@@ -58,3 +58,11 @@ def test_csv_agrees_with_the_gradebook(real_grading, slug):
             submission = gradebook.find_submission(slug, record.id)
             row = row_for(real_grading.rows, student, slug)
             assert (float(row["total"]), float(row["max"])) == (submission.score, submission.max_score)
+
+
+@pytest.mark.skipif("02-numeric-formats" not in SLUGS, reason="lesson 02 is not written")
+def test_calling_the_graders_reference_implementation_scores_nothing_and_is_flagged(real_grading):
+    row = row_for(real_grading.rows, "reference_caller", "02-numeric-formats")
+    assert float(row["e4_ulp_check"]) == 0
+    assert "called a grading reference implementation (lesson02.ulp)" in row["flags"]
+    assert float(row["e1_decode_check"]) > 0  # the rest of the notebook is graded as usual
