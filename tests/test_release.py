@@ -66,7 +66,9 @@ def test_nothing_that_gives_answers_away(release):
         source = nbformat.read(SOLUTIONS / slug / f"{slug}.ipynb", as_version=4)
         released = nbformat.read(release / "lessons" / slug / f"{slug}.ipynb", as_version=4)
         released_text = "\n".join(cell.source for cell in released.cells)
-        shown = "\n".join(c.source for c in source.cells if not c.metadata.get("nbgrader", {}).get("solution"))
+        shown = "\n".join(
+            c.source for c in source.cells if not c.metadata.get("nbgrader", {}).get("solution")
+        )
         for cell in source.cells:
             if cell.metadata.get("nbgrader", {}).get("solution"):
                 body = cell.source.split("### BEGIN SOLUTION")[-1].split("### END SOLUTION")[0]
