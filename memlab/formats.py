@@ -5,8 +5,10 @@ lesson 02's exercises). Every value it prints is the value *torch* gives a bit p
 
 - `FORMATS`: "fp32", "fp16", "bf16", "fp8_e4m3" (torch.float8_e4m3fn), "fp8_e5m2" (torch.float8_e5m2), "fp64".
 - `to_bits(x, fmt)`: the bit pattern of `x` after torch's cast to the format, as a non-negative int (or an int64
-  tensor of them). A Python float is cast from fp64; torch 2.13 on the CPU casts fp64 to the 16- and 8-bit formats
-  through fp32 (two roundings), so pass an fp32 tensor when that matters.
+  tensor of them). A Python float is cast from fp64; torch (2.11, 2.13 and 2.14 checked) on the CPU casts fp64 to the
+  16- and 8-bit formats through fp32 (two roundings), so pass an fp32 tensor when that matters.
+- `cast_overflow(fmt)`: what torch's cast does with a value beyond the format's range: "inf", "nan" or "saturates".
+  For E4M3 it depends on the torch version (torch 2.11: NaN; torch 2.13 and 2.14: the largest finite value, ±448).
 - `bit_fields(bits, fmt)`: the sign, exponent and mantissa fields as strings of 0s and 1s.
 - `show_bits(values, fmts)`: a table of coloured bit strings (HTML in Jupyter, plain text elsewhere).
 
@@ -86,6 +88,29 @@ def to_bits(x, fmt: str | FloatFormat):
         return int(raw.item()) & 0xFFFF_FFFF_FFFF_FFFF
     bits = raw.to(torch.int64) & ((1 << f.bits) - 1)
     return bits if isinstance(x, torch.Tensor) else int(bits.item())
+
+
+def cast_overflow(fmt: str | FloatFormat) -> str:
+    """What torch's cast to `fmt` makes of a finite value far beyond the format's largest: "inf", "nan", or
+    "saturates" (the largest finite value, with the sign kept). Measured with this torch, on the CPU.
+
+    The IEEE formats and E5M2 overflow to inf. E4M3FN has no inf, and torch changed its cast: torch 2.11 gives NaN
+    for anything that rounds above 448 (and for ±inf), torch 2.13 and 2.14 saturate to ±448 (±inf too). Either way
+    a value that rounds down to the largest (E4M3: up to 464) gives it. Text that says what the cast does should
+    ask this function rather than assume one torch version.
+    """
+    f = get_format(fmt)
+    beyond = torch.tensor([4 * torch.finfo(f.dtype).max], dtype=torch.float64)  # inf for fp64 itself
+    value = beyond.to(f.dtype).to(torch.float64).item()
+    if value != value:
+        return "nan"
+    if value == float("inf"):
+        return "inf"
+    if value == torch.finfo(f.dtype).max:
+        return "saturates"
+    raise RuntimeError(
+        f"torch cast {beyond.item():g} to {f.dtype} as {value!r}: not inf, NaN or the largest value"
+    )
 
 
 def _torch_value(bits: int, fmt: str | FloatFormat) -> float:

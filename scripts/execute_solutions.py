@@ -5,6 +5,7 @@ are refreshed (design brief §2: solutions are "committed executed (CPU run)").
     python scripts/execute_solutions.py                        every lesson in solutions/
     python scripts/execute_solutions.py 01-memory-anatomy ...  the named lessons (slugs or notebook paths)
     python scripts/execute_solutions.py --timeout 900          seconds per cell (default 600)
+    python scripts/execute_solutions.py --check                execute, report, write nothing (exit 1 on an error)
 
 Each notebook runs with nbclient in a fresh kernel whose cwd is the notebook's folder, with no GPU visible
 (CUDA_VISIBLE_DEVICES=""), in learner mode (COURSE_GRADING unset: a check that needs a GPU prints NOT CHECKED HERE)
@@ -12,14 +13,24 @@ and offline unless told otherwise (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE default 
 included) is kept, no timings are recorded. A notebook whose run fails is left untouched and the script exits 1;
 cells tagged `raises-exception` may raise. Afterwards run scripts/build_lessons.py (outputs never reach lessons/,
 but anything a notebook writes into its folder would be released with it).
+
+`--check` is the same run for CI's drift check (.ci/run: the newest torch / transformers / peft a plain install
+brings): each notebook executes in memory, in a temporary copy of its folder, so nothing under solutions/ is
+written. It prints each notebook's time and slowest cell, and for a failing notebook the cell (index, nbgrader
+grade_id, first line) and its error; it also checks that the kernel is this script's own Python, so the versions
+tested are the environment's. Exit status 1 if any notebook failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,9 +53,10 @@ def notebooks(names: list[str]) -> list[Path]:
     return found
 
 
-def execute_notebook(nb, cwd: Path, timeout: int) -> float:
+def execute_notebook(nb, cwd: Path, timeout: int, **hooks) -> float:
     """Run the notebook `nb` (nbformat, changed in place) top to bottom in a fresh kernel whose cwd is `cwd`, in
-    the environment of this process; the wall time in seconds."""
+    the environment of this process; the wall time in seconds. `hooks`: nbclient's `on_cell_start`,
+    `on_cell_executed`, ... callbacks."""
     from nbclient import NotebookClient
 
     client = NotebookClient(
@@ -53,6 +65,7 @@ def execute_notebook(nb, cwd: Path, timeout: int) -> float:
         kernel_name=nb.metadata.get("kernelspec", {}).get("name", "python3"),
         resources={"metadata": {"path": str(cwd)}},  # the kernel's cwd
         record_timing=False,  # no per-cell timestamps in the committed file
+        **hooks,
     )
     start = time.perf_counter()
     client.execute()
@@ -69,10 +82,126 @@ def execute(path: Path, timeout: int) -> float:
     return seconds
 
 
+# run in the kernel after the notebook's own cells (check mode only): which Python and which versions it ran
+PROBE = """\
+import importlib.metadata as _md, sys as _sys
+print(_sys.prefix)
+for _name in ("torch", "transformers", "peft", "bitsandbytes"):
+    try:
+        print(f"{_name} {_md.version(_name)}")
+    except _md.PackageNotFoundError:
+        print(f"{_name} not installed")
+"""
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass
+class CheckResult:
+    """What `check` found for one notebook: time, slowest cell, the failing cell and its error, kernel versions."""
+
+    seconds: float = 0.0
+    slowest: tuple[float, int] = (0.0, -1)  # (seconds, cell index)
+    failed_cell: str | None = None  # "cell 12 (e2_decode_check): from autograders..."
+    error: str | None = None  # the last lines of the traceback, no colour codes
+    kernel_prefix: str | None = None
+    versions: list[str] = field(default_factory=list)
+
+
+def describe_cell(nb, index: int) -> str:
+    cell = nb.cells[index]
+    grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+    first = next((line for line in cell.source.splitlines() if line.strip()), "")
+    return f"cell {index}" + (f" ({grade_id})" if grade_id else "") + f": {first[:100]}"
+
+
+def check(path: Path, timeout: int, tail: int = 25) -> CheckResult:
+    """Execute the notebook at `path` in memory, in a temporary copy of its folder; write nothing back."""
+    import nbformat
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    nb = nbformat.read(path, as_version=4)
+    n_cells = len(nb.cells)
+    nb.cells.append(nbformat.v4.new_code_cell(PROBE))
+    result = CheckResult()
+    started: dict[int, float] = {}
+    current = [-1]
+
+    def on_start(cell, cell_index, **_):
+        current[0] = cell_index
+        started[cell_index] = time.perf_counter()
+
+    def on_executed(cell, cell_index, **_):
+        seconds = time.perf_counter() - started.get(cell_index, time.perf_counter())
+        if cell_index < n_cells and seconds > result.slowest[0]:
+            result.slowest = (seconds, cell_index)
+
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="check-") as tmp:
+        folder = Path(tmp) / path.parent.name
+        shutil.copytree(path.parent, folder)
+        try:
+            execute_notebook(nb, folder, timeout, on_cell_start=on_start, on_cell_executed=on_executed)
+        except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
+            result.failed_cell = describe_cell(nb, current[0]) if current[0] >= 0 else "before the first cell"
+            if isinstance(error, CellExecutionError):
+                text = ANSI.sub("", error.traceback)
+                lines = [line for line in text.splitlines() if line.strip()]
+                result.error = "\n".join(lines[-tail:])
+            else:
+                result.error = f"{type(error).__name__}: {ANSI.sub('', str(error)).strip()[-2000:]}"
+    result.seconds = time.perf_counter() - start
+    if result.failed_cell is None:
+        lines = "".join(
+            o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream"
+        ).splitlines()
+        result.kernel_prefix, result.versions = (lines[0], lines[1:]) if lines else (None, [])
+    return result
+
+
+def run_checks(paths: list[Path], timeout: int) -> int:
+    """`--check`: run every notebook, print a line per notebook and each failure; 1 if any failed."""
+    failed, total = [], 0.0
+    for path in paths:
+        name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        result = check(path, timeout)
+        total += result.seconds
+        if result.failed_cell is None and result.kernel_prefix != sys.prefix:
+            result.failed_cell = "(kernel)"
+            result.error = (
+                f"the kernel ran in {result.kernel_prefix!r}, not in this environment ({sys.prefix!r}): a "
+                "jupyter kernelspec named like the notebook's points elsewhere, so other versions were tested"
+            )
+        if result.failed_cell is None:
+            slow_s, slow_i = result.slowest
+            print(
+                f"ok     {name}: {result.seconds:.1f} s (slowest: cell {slow_i}, {slow_s:.1f} s)"
+                + (f"; kernel: {', '.join(result.versions)}" if path == paths[0] else ""),
+                flush=True,
+            )
+        else:
+            failed.append(name)
+            print(
+                f"FAILED {name}: {result.seconds:.1f} s, {result.failed_cell}\n{result.error}\n", flush=True
+            )
+    print(
+        f"{len(paths) - len(failed)} of {len(paths)} notebooks ran without an error in {total:.1f} s",
+        flush=True,
+    )
+    if failed:
+        print(f"{len(failed)} notebook(s) failed: {', '.join(map(str, failed))}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("lessons", nargs="*", metavar="LESSON", help="slugs or notebook paths (default: all)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell (default: %(default)s)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="execute in memory and report; write nothing (exit 1 on an error)",
+    )
     args = parser.parse_args(argv)
 
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
@@ -85,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ.pop(GRADING_ENV, None)
 
+    if args.check:
+        return run_checks(notebooks(args.lessons), args.timeout)
     failed = []
     for path in notebooks(args.lessons):
         name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
