@@ -76,14 +76,13 @@ def fail(message: str) -> None:
 def graded_cells(lesson: Path) -> list[tuple[str, float]]:
     """(grade_id, points) of every graded cell of a lesson's notebooks, in notebook order."""
     import nbformat
+    from grade_worker import graded_cells as notebook_cells
 
-    cells = []
-    for path in sorted(lesson.glob("*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if meta.get("grade"):
-                cells.append((meta["grade_id"], float(meta.get("points", 0))))
-    return cells
+    return [
+        (grade_id, points)
+        for path in sorted(lesson.glob("*.ipynb"))
+        for grade_id, points, _ in notebook_cells(nbformat.read(path, as_version=4))
+    ]
 
 
 def check_modules(lesson: Path) -> list[str]:
@@ -238,9 +237,8 @@ def run_worker(task: dict, deadline: float) -> dict:
     return json.loads(result_path.read_text())
 
 
-def make_row(
-    student: str, lesson: str, cells: list[tuple[str, float]], manual: set[str], result: dict
-) -> dict:
+def make_row(student: str, lesson: str, cells: list[tuple[str, float]], result: dict) -> dict:
+    """A CSV row; a score of None is a written answer still to grade by hand."""
     scores = result.get("scores", {})
     row = {"student": student, "lesson": lesson}
     total = needs_manual = 0.0
@@ -535,10 +533,6 @@ def main(argv: list[str] | None = None) -> int:
         kit = prepare_kit(run)
         jupyter = prepare_kernelspec(run)
         cells = {slug: graded_cells(course / "solutions" / slug) for slug in lessons}
-        manual = {
-            slug: {g for g, _ in cells[slug] if _is_manual(course / "solutions" / slug, g)}
-            for slug in lessons
-        }
         if timeout is None:
             timeout = load_config(course).Execute.timeout
         columns = ["student", "lesson"]
@@ -583,9 +577,7 @@ def main(argv: list[str] | None = None) -> int:
                     result = future.result()
                     result["notes"] = _student_notes(task["student"]) + result.get("notes", [])
                     results[(task["student"], task["lesson"])] = (task, result)
-                    row = make_row(
-                        task["student"], task["lesson"], cells[task["lesson"]], manual[task["lesson"]], result
-                    )
+                    row = make_row(task["student"], task["lesson"], cells[task["lesson"]], result)
                     writer.append(row)
                     flagged = " FLAGGED" if row["flags"] else ""
                     print(
@@ -606,17 +598,6 @@ def main(argv: list[str] | None = None) -> int:
     print_summary(rows)
     print(f"wrote {out} and {totals}", file=sys.stderr)
     return 0
-
-
-def _is_manual(lesson: Path, grade_id: str) -> bool:
-    import nbformat
-
-    for path in lesson.glob("*.ipynb"):
-        for cell in nbformat.read(path, as_version=4).cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if meta.get("grade_id") == grade_id:
-                return bool(meta.get("solution"))
-    return False
 
 
 def _reference_modules(kit: Path, slug: str) -> list[str]:

@@ -213,11 +213,7 @@ def _memory_bytes(pid: int) -> int:
                     return int(line.split()[1]) * 1024
     except (OSError, IndexError, ValueError):
         pass
-    try:
-        with open(f"/proc/{pid}/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, IndexError, ValueError):
-        return 0
+    return _resident_bytes(pid)
 
 
 def _parent_of(pid: int) -> int | None:
@@ -228,10 +224,15 @@ def _parent_of(pid: int) -> int | None:
         return None
 
 
+def _forward_signals(pid: int) -> None:
+    """Pass the signals jupyter_client sends (interrupt, terminate) on to `pid`."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, lambda signum, frame: _forward(pid, signum))
+
+
 def monitor(child: int, config: dict, namespace: str | None) -> int:
     """Forward signals to `child`, watch its processes, stop them all past the limits; the child's exit status."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, lambda signum, frame: _forward(child, signum))
+    _forward_signals(child)
     total_memory = int(config.get("total_memory_bytes") or 0)
     max_processes = int(config.get("max_processes") or 0)
     seen: set[int] = {child}
@@ -313,8 +314,7 @@ def _record_monitor(config: dict, data: dict) -> None:
 
 def _init_process(kernel: int) -> None:
     """PID 1 of the namespace: reap orphans, forward signals to the kernel, leave when it leaves."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, lambda signum, frame: _forward(kernel, signum))
+    _forward_signals(kernel)
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -620,8 +620,7 @@ def _launcher(monitor_pid: int) -> None:
     """The process jupyter_client started and will signal or kill: it passes signals on to the monitor and leaves
     with it. Killed outright (a kernel shutdown), it leaves the monitor orphaned, which then kills every process of
     the kernel: a monitor jupyter_client could kill itself could not clean up."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, lambda signum, frame: _forward(monitor_pid, signum))
+    _forward_signals(monitor_pid)
     while True:
         try:
             _, status = os.waitpid(monitor_pid, 0)

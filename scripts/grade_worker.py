@@ -583,8 +583,7 @@ def sandbox_settings(task: dict, work: Path) -> dict:
     read_roots = []
     for root in real(system):
         read_roots += _allow_except(root, protected)
-    hf_home = os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface")
-    read_roots += python + site_packages + stdlib + real([task["kit_dir"], str(work / "runtime"), hf_home])
+    read_roots += python + site_packages + stdlib + real([task["kit_dir"], str(work / "runtime"), hf_home()])
     return {
         "isolate": task["isolate"],
         "memory_bytes": task["memory_bytes"],
@@ -617,13 +616,18 @@ def _allow_except(root: str, protected: list[str], depth: int = 0) -> list[str]:
     return allowed
 
 
+def hf_home() -> str:
+    """Hugging Face's cache folder as this process sees it: the kernel may read it (never write it)."""
+    return os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface")
+
+
 def kernel_environment(task: dict, work: Path) -> None:
     """The environment the kernel inherits (this process is one submission's worker: safe to change it)."""
     tmp = work / "tmp"
     for sub in ("home", "ipython", "mpl", "cache", "config"):
         (tmp / sub).mkdir(parents=True, exist_ok=True)
     (work / "runtime").mkdir(exist_ok=True)
-    hf_home = os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface")
+    huggingface = hf_home()  # read before HOME changes below
     os.environ.update(
         COURSE_GRADING="strict",
         COURSE_GRADING_SEED=str(task["seed"]),
@@ -635,7 +639,7 @@ def kernel_environment(task: dict, work: Path) -> None:
         MPLCONFIGDIR=str(tmp / "mpl"),
         XDG_CACHE_HOME=str(tmp / "cache"),
         XDG_CONFIG_HOME=str(tmp / "config"),
-        HF_HOME=hf_home,
+        HF_HOME=huggingface,
         HF_HUB_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",
         JUPYTER_PATH=task["jupyter_path"],
