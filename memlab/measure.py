@@ -35,6 +35,13 @@ CATEGORIES = (PARAMETERS, GRADIENTS, OPTIMIZER_STATE, OTHER)
 
 MiB = 1024**2
 
+try:  # absent from builds of torch without torch.distributed
+    from torch.distributed.tensor import DTensor
+except ImportError:  # pragma: no cover
+
+    class DTensor:  # noqa: D101 - nothing is an instance of it
+        pass
+
 
 @dataclass
 class Mark:
@@ -90,30 +97,44 @@ class MemoryTrace:
         return self.table()
 
 
-class _LiveStorages(TorchDispatchMode):
-    """Follows every live tensor storage it has seen, and the peak of their total size."""
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor whose storage holds `tensor`'s bytes on this process: a DTensor's local shard (FSDP2 parameters
+    and gradients, tensor parallelism), else the tensor itself."""
+    return tensor._local_tensor if isinstance(tensor, DTensor) else tensor
 
-    def __init__(self):
+
+class _LiveStorages(TorchDispatchMode):
+    """Follows every live tensor storage it has seen, and the peak of their total size.
+
+    A storage resized in place by an operator (`resize_`, an `out=` argument) is re-measured when the operator's
+    output passes through. `untyped_storage().resize_(n)` called from Python is not an operator: FSDP2 frees and
+    re-allocates its gathered parameters that way (torch/distributed/fsdp/_fully_shard/_fsdp_param.py,
+    `free_storage` / `alloc_storage`). With `watch_resizes=True` every live storage is re-measured after each
+    operator, which costs time proportional to the number of live storages per operator; `track_memory` switches it
+    on when the model has DTensor parameters.
+    """
+
+    def __init__(self, watch_resizes: bool = False):
         super().__init__()
-        self.live: dict[
-            int, list
-        ] = {}  # storage key -> [nbytes, category]; the list is shared with snapshots
+        # storage key -> [nbytes, category, weak reference to the storage]; the list is shared with snapshots
+        self.live: dict[int, list] = {}
         self.live_bytes = 0
         self.peak_bytes = 0
-        self.peak_records: list[list] = []
+        self.peak_records: list[tuple[int, list]] = []  # (nbytes at the peak, record)
         self.segment_peak = 0
         self.timeline: list[tuple[int, str, int]] = []
+        self.watch_resizes = watch_resizes
         self._finalizers: list[weakref.finalize] = []
 
     def add(self, tensor: torch.Tensor, category: str | None = None) -> None:
         try:
-            storage = tensor.untyped_storage()
+            storage = local_tensor(tensor).untyped_storage()
         except (NotImplementedError, RuntimeError):  # sparse or storage-less tensors
             return
         key = storage._cdata
         record = self.live.get(key)
         if record is None:
-            record = [storage.nbytes(), category]
+            record = [storage.nbytes(), category, weakref.ref(storage)]
             self.live[key] = record
             self.live_bytes += record[0]
             finalizer = weakref.finalize(storage, self._free, key, record)
@@ -132,12 +153,23 @@ class _LiveStorages(TorchDispatchMode):
             del self.live[key]
             self.live_bytes -= record[0]
 
+    def _remeasure(self) -> None:
+        for record in self.live.values():
+            storage = record[2]()
+            if storage is not None:
+                size = storage.nbytes()
+                if size != record[0]:
+                    self.live_bytes += size - record[0]
+                    record[0] = size
+
     def note(self, name: str) -> None:
+        if self.watch_resizes:
+            self._remeasure()
         self.timeline.append((len(self.timeline), name, self.live_bytes))
         self.segment_peak = max(self.segment_peak, self.live_bytes)
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes
-            self.peak_records = list(self.live.values())
+            self.peak_records = [(record[0], record) for record in self.live.values()]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -153,19 +185,38 @@ class _LiveStorages(TorchDispatchMode):
         self._finalizers.clear()
 
 
-def split_by_category(records: Iterable[list]) -> dict[str, int]:
+def split_by_category(sizes: Iterable[tuple[int, list]]) -> dict[str, int]:
+    """Bytes per category of (nbytes, record) pairs; a record's category is read now, so a storage labelled after
+    the peak (a gradient, optimizer state) counts under its label."""
     split = dict.fromkeys(CATEGORIES, 0)
-    for nbytes, category in records:
-        split[category or OTHER] += nbytes
+    for nbytes, record in sizes:
+        split[record[1] or OTHER] += nbytes
     return split
+
+
+def _live_sizes(live: dict[int, list]) -> list[tuple[int, list]]:
+    return [(record[0], record) for record in live.values()]
+
+
+def _optimizers(optimizer) -> list:
+    """`optimizer`, and the local optimizer it wraps if it is a wrapper that keeps the state there
+    (`torch.distributed.optim.ZeroRedundancyOptimizer.optim`: the AdamW of this rank's shard)."""
+    if optimizer is None:
+        return []
+    inner = getattr(optimizer, "optim", None)
+    return [optimizer, inner] if isinstance(inner, torch.optim.Optimizer) else [optimizer]
 
 
 class _Session:
     """The state of one `track_memory` block: the storage tracker, the hooks, the CUDA bookkeeping."""
 
-    def __init__(self, trace: MemoryTrace, model, optimizer, inputs, cuda: bool):
+    def __init__(
+        self, trace: MemoryTrace, model, optimizer, inputs, cuda: bool, watch_resizes: bool | None = None
+    ):
         self.trace, self.model, self.optimizer, self.cuda = trace, model, optimizer, cuda
-        self.storages = _LiveStorages()
+        if watch_resizes is None:  # FSDP2 shards parameters as DTensors and resizes the gathered ones itself
+            watch_resizes = any(isinstance(t, DTensor) for t in self._model_tensors())
+        self.storages = _LiveStorages(watch_resizes)
         self.hooks = []
         self.cuda_segment_peaks: list[int] = []
         for t in self._model_tensors():
@@ -198,8 +249,8 @@ class _Session:
             for p in self.model.parameters():
                 if p.grad is not None:
                     self.storages.add(p.grad, GRADIENTS)
-        if self.optimizer is not None:
-            for state in self.optimizer.state.values():
+        for optimizer in _optimizers(self.optimizer):
+            for state in optimizer.state.values():
                 for value in tree_leaves(state):
                     if isinstance(value, torch.Tensor):
                         self.storages.add(value, OPTIMIZER_STATE)
@@ -207,7 +258,7 @@ class _Session:
     def mark(self, name: str) -> Mark:
         self.classify()
         self.storages.note(f"mark: {name}")
-        live = split_by_category(self.storages.live.values())
+        live = split_by_category(_live_sizes(self.storages.live))
         if self.cuda:
             torch.cuda.synchronize()
             segment_peak = torch.cuda.max_memory_allocated()
@@ -226,7 +277,7 @@ class _Session:
         trace.tracked_peak_bytes = storages.peak_bytes
         trace.tracked_current_bytes = storages.live_bytes
         trace.peak_by_category = split_by_category(storages.peak_records)
-        trace.current_by_category = split_by_category(storages.live.values())
+        trace.current_by_category = split_by_category(_live_sizes(storages.live))
         trace.timeline = storages.timeline
         if self.cuda:
             torch.cuda.synchronize()
@@ -253,6 +304,9 @@ class track_memory:  # noqa: N801 - used as a context manager, reads like a func
             to `snapshot_path` (default "memory_snapshot.pickle").
         track_storages: follow live storages with the dispatch mode (always on for the CPU; on CUDA it adds the
             category split and the timeline at some Python overhead per operator).
+        watch_resizes: re-measure every live storage after each operator, to see storages resized from Python
+            (`untyped_storage().resize_`), as FSDP2 frees its gathered parameters. Default: on when the model has
+            DTensor parameters (`fully_shard`), off otherwise (it costs time per operator and live storage).
     """
 
     def __init__(
@@ -264,6 +318,7 @@ class track_memory:  # noqa: N801 - used as a context manager, reads like a func
         record_history: bool = False,
         snapshot_path: str = "memory_snapshot.pickle",
         track_storages: bool = True,
+        watch_resizes: bool | None = None,
     ):
         if device is None:
             first = next(iter(model.parameters()), None) if model is not None else None
@@ -276,7 +331,7 @@ class track_memory:  # noqa: N801 - used as a context manager, reads like a func
             )
         self.model, self.optimizer, self.inputs = model, optimizer, inputs
         self.record_history, self.snapshot_path = record_history and self.cuda, snapshot_path
-        self.track_storages = track_storages
+        self.track_storages, self.watch_resizes = track_storages, watch_resizes
         self.trace: MemoryTrace | None = None
 
     def __enter__(self) -> MemoryTrace:
@@ -286,7 +341,7 @@ class track_memory:  # noqa: N801 - used as a context manager, reads like a func
             if self.record_history:
                 torch.cuda.memory._record_memory_history(max_entries=200_000)
         self.trace = MemoryTrace(device=str(self.device))
-        session = _Session(self.trace, self.model, self.optimizer, self.inputs, self.cuda)
+        session = _Session(self.trace, self.model, self.optimizer, self.inputs, self.cuda, self.watch_resizes)
         self.trace._session = session
         self.trace.start_bytes = torch.cuda.memory_allocated() if self.cuda else session.storages.live_bytes
         if self.track_storages:
@@ -310,7 +365,7 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Bytes of the distinct storages behind `tensors` (views and shared storages counted once)."""
     seen: dict[int, int] = {}
     for t in tensors:
-        storage = t.untyped_storage()
+        storage = local_tensor(t).untyped_storage()
         seen[storage._cdata] = storage.nbytes()
     return sum(seen.values())
 

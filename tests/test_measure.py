@@ -159,3 +159,26 @@ def test_tensor_bytes_counts_shared_storage_once():
 def test_cpu_tracker_cannot_be_switched_off():
     with pytest.raises(ValueError):
         track_memory(device="cpu", track_storages=False)
+
+
+def test_storage_resized_from_python_is_seen_with_watch_resizes():
+    """FSDP2 frees a gathered parameter with `untyped_storage().resize_(0)`, which is not an operator: the dispatch
+    mode never sees it. With watch_resizes the tracker re-measures live storages after each operator."""
+    for watch, expected_after_free in ((True, 0), (False, 4000)):
+        with track_memory(watch_resizes=watch) as trace:
+            t = torch.empty(1000)
+            t.untyped_storage().resize_(0)  # freed from Python, as FSDP2's free_storage does
+            one = torch.empty(1)  # any operator afterwards
+            trace.mark("after the free")
+            del t, one
+        assert trace.marks[0].current_bytes == expected_after_free + 4, watch
+
+
+def test_peak_split_keeps_the_bytes_at_the_peak():
+    """A storage that shrinks after the peak still counts with its size at the peak in `peak_by_category`."""
+    with track_memory(watch_resizes=True) as trace:
+        t = torch.empty(1000)
+        t.untyped_storage().resize_(0)
+        torch.empty(1)
+    assert trace.peak_bytes == 4000
+    assert sum(trace.peak_by_category.values()) == 4000
