@@ -197,3 +197,23 @@ def test_a_memory_bomb_gets_a_memory_error(tmp_path):
         assert error is None and "still here" in out
     finally:
         k.stop()
+
+
+def test_a_distributed_job_runs_inside_the_sandbox(tmp_path):
+    """Lesson 05 starts 2 gloo processes with torchrun from the notebook (memlab.distributed): under grading they
+    must start, find memlab in the kit, rendezvous over loopback TCP and write their results into TMPDIR."""
+    k = Kernel(tmp_path)
+    try:
+        out, error = k.run(
+            "from memlab.distributed import launch\n"
+            "r = launch({'zero_memory': dict(widths=[8, 6, 4], strategies=['ddp', 'fsdp2'])})\n"
+            "print(len(r['zero_memory']), r['zero_memory'][1]['strategies']['fsdp2']['after_step']['parameters'])",
+            timeout=120,
+        )
+    finally:
+        k.stop()
+    assert error is None, out
+    assert out.split() == [
+        "2",
+        str(4 * (3 * 8 + 3 + 2 * 6 + 2)),
+    ]  # FSDP2: rank 1's half (rows padded) of each tensor
