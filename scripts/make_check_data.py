@@ -44,7 +44,33 @@ def lesson03() -> dict:
     }
 
 
-MAKERS = {"lesson02": lesson02, "lesson03": lesson03}
+def lesson04() -> dict:
+    from autograders.lesson04 import (
+        DTYPES,
+        E2_MODELS,
+        _e1_public_cases,
+        budget_stack,
+        measure_layer_saved_bytes,
+    )
+    from autograders.references.lesson04 import e2_budgets, least_flops_within, plan_table
+
+    plans = {}
+    for model_name, spec in E2_MODELS.items():
+        table = plan_table(*budget_stack(spec["d"], spec["blocks"], spec["batch"]))
+        plans[model_name] = {
+            name: {"budget": budget, "least_flops": least_flops_within(table, budget)}
+            for name, budget in e2_budgets(table).items()
+        }
+    return {
+        "llama_layer_saved_bytes": {
+            name: measure_layer_saved_bytes(config, batch, seq, DTYPES[dtype])
+            for name, config, batch, seq, dtype in _e1_public_cases()
+        },
+        "plan_checkpointing": plans,
+    }
+
+
+MAKERS = {"lesson02": lesson02, "lesson03": lesson03, "lesson04": lesson04}
 
 
 def main(argv=None) -> int:

@@ -12,6 +12,7 @@ import pytest
 import test_autograders_lesson01 as l01
 import test_autograders_lesson02 as l02
 import test_autograders_lesson03 as l03
+import test_autograders_lesson04 as l04
 
 import autograders.kit as kit
 from autograders.kit import CheckFailed
@@ -33,6 +34,8 @@ CHECKS = [
     (l03.check_underflow_fraction, l03.underflow_fraction),
     (l03.check_dynamic_loss_scaler, l03.DynamicLossScaler),
     (l03.check_amp_train_step, l03.amp_train_step),
+    (l04.check_llama_layer_saved_bytes, l04.llama_layer_saved_bytes),
+    (l04.check_plan_checkpointing, l04.plan_checkpointing),
 ]
 HARD_CODABLE = {
     "e2_adamw8bit_state_bytes",
@@ -44,6 +47,8 @@ HARD_CODABLE = {
     "e3_round_to_bf16",
     "e4_ulp",
     "e1_underflow_fraction",
+    "e1_llama_layer_saved_bytes",
+    "e2_plan_checkpointing",
 }
 
 

@@ -1,0 +1,562 @@
+"""Checks for lesson 04 — activation checkpointing.
+
+No check holds an answer.
+
+- `llama_layer_saved_bytes` (Exercise 4.1) is compared with a *measurement*: real `LlamaDecoderLayer`s of the
+  check's own shapes run forward under `torch.autograd.graph.saved_tensors_hooks`, and the distinct storages that
+  autograd saves are counted (`measure_layer_saved_bytes`, what the exercise defines). The public cases' measured
+  values are stored (autograders/data/lesson04.json, scripts/make_check_data.py); the cases drawn at grading time
+  are measured then. The learner's function must not run a model itself (a formula, not a measurement).
+- `plan_checkpointing` (Exercise 4.2): the learner's plan is run and measured (`measure_plan`, the tracker), and its
+  recomputed FLOPs are compared with the least that fits, found by the check's own search over every plan (stored
+  for the public cases; for drawn cases the search is autograders/references/lesson04.py, not in the learner
+  release).
+- `measure_checkpointed_stack` (Exercise 4.3, GPU): watched from outside the call (forward calls counted by hooks,
+  the peak from the tracker or the caching allocator, the wall time). Its CPU stage runs tiny layers; the GPU stage
+  needs a CUDA GPU; its logic is `run_checkpointed_stack_check(fn, device)`, which the tests also run on the CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import math
+import numbers
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.checkpoint import checkpoint
+from torch.utils.flop_counter import FlopCounterMode
+
+from autograders.kit import (
+    CheckFailed,
+    call,
+    check,
+    drawn,
+    expect_callable,
+    expect_close,
+    expect_keys,
+    expect_type,
+    grading_rng,
+    how_far,
+    needs_hardware,
+    references,
+)
+from memlab.measure import track_memory
+from memlab.models import tiny_llama_config
+
+MiB = 1024**2
+DATA = Path(__file__).resolve().parent / "data" / "lesson04.json"
+
+
+@functools.cache
+def stored() -> dict:
+    return json.loads(DATA.read_text())
+
+
+# ---- e1: llama_layer_saved_bytes ----------------------------------------------------------------------------------
+
+#: relative tolerance of Exercise 4.1: the per-token tensors (RMSNorm's fp32 rsqrt, 4 bytes per token per norm) may
+#: be left out; they are under 0.5% of a layer at the check's widths. Everything of b*s*h or more must be counted.
+E1_RTOL = 0.005
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def layer_parts(config, batch: int, seq: int, dtype: torch.dtype, seed: int = 0):
+    """One eager-attention `LlamaDecoderLayer` of `config` in `dtype` and what a LlamaModel would hand it: an input
+    that requires grad (as the embedding output does), the rotary (cos, sin) and an additive causal mask."""
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    config = copy.deepcopy(config)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    layer = LlamaDecoderLayer(config, layer_idx=0).to(dtype)
+    x = torch.randn(batch, seq, config.hidden_size, dtype=dtype, requires_grad=True)
+    position_ids = torch.arange(seq)[None].expand(batch, seq)
+    cos, sin = LlamaRotaryEmbedding(config)(x, position_ids)
+    mask = (
+        torch.full((seq, seq), torch.finfo(dtype).min, dtype=dtype)
+        .triu(1)[None, None]
+        .expand(batch, 1, seq, seq)
+    )
+    return layer, x, (cos, sin), mask
+
+
+def measure_layer_saved_bytes(config, batch: int, seq: int, dtype: torch.dtype) -> int:
+    """What Exercise 4.1 asks for, measured: the bytes of the distinct storages that autograd saves for backward in
+    one forward pass of a real `LlamaDecoderLayer`, except the layer's parameters and the rotary cos/sin and the
+    attention mask (computed once per model and shared by every layer). The layer's input counts where autograd saves
+    it (in fp32 the first RMSNorm saves the input itself)."""
+    layer, x, (cos, sin), mask = layer_parts(config, batch, seq, dtype)
+    shared = {t.untyped_storage()._cdata for t in (*layer.parameters(), cos, sin, mask)}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        storage = t.untyped_storage()
+        if storage._cdata not in shared:
+            saved[storage._cdata] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = layer(x, attention_mask=mask, position_embeddings=(cos, sin))
+    del out
+    return sum(saved.values())
+
+
+def _e1_public_cases():
+    """(name, config, batch, seq, dtype name)."""
+    return [
+        (
+            "tiny Llama (hidden 64, 4 heads, intermediate 172), batch 2, seq 32, fp32",
+            tiny_llama_config(),
+            2,
+            32,
+            "fp32",
+        ),
+        ("the same layer in bf16", tiny_llama_config(), 2, 32, "bf16"),
+        (
+            "hidden 96, 6 heads, intermediate 256, batch 1, seq 64, bf16",
+            tiny_llama_config(
+                hidden_size=96, num_attention_heads=6, num_key_value_heads=6, intermediate_size=256
+            ),
+            1,
+            64,
+            "bf16",
+        ),
+        (
+            "grouped-query attention: 8 heads, 2 key/value heads, hidden 128, batch 3, seq 16, fp32",
+            tiny_llama_config(
+                hidden_size=128, num_attention_heads=8, num_key_value_heads=2, intermediate_size=344
+            ),
+            3,
+            16,
+            "fp32",
+        ),
+        (
+            "grouped-query attention in bf16: 4 heads, 1 key/value head, hidden 64, batch 2, seq 48",
+            tiny_llama_config(num_key_value_heads=1),
+            2,
+            48,
+            "bf16",
+        ),
+    ]
+
+
+def _describe_config(config) -> str:
+    return (
+        f"hidden {config.hidden_size}, {config.num_attention_heads} heads, {config.num_key_value_heads} key/value "
+        f"heads, intermediate {config.intermediate_size}"
+    )
+
+
+def _e1_drawn_cases(rng: random.Random):
+    cases = []
+    for i in range(1, 4):
+        head_dim = rng.choice([8, 16, 32])
+        heads = rng.choice([2, 4, 6, 8])
+        kv = rng.choice([d for d in range(1, heads + 1) if heads % d == 0])
+        hidden = head_dim * heads
+        intermediate = rng.randint(hidden, 4 * hidden)
+        config = tiny_llama_config(
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            intermediate_size=intermediate,
+        )
+        # batch >= 2 with a single key/value head: at batch 1 repeat_kv's expand of one head is a free view that
+        # matmul saves as it is (the one shape where the keys and values are not saved at the full head count)
+        batch = rng.randint(2 if kv == 1 else 1, 3)
+        seq, dtype = rng.choice([8, 16, 24, 40, 64]), rng.choice(["fp32", "bf16"])
+        cases.append(
+            (
+                drawn(i, f"{_describe_config(config)}, batch {batch}, seq {seq}, {dtype}"),
+                config,
+                batch,
+                seq,
+                dtype,
+            )
+        )
+    return cases
+
+
+class _OpRecorder(TorchDispatchMode):
+    """Records the aten ops that run inside it (to see whether a function runs a model)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+MODEL_OPS = {"mm", "bmm", "addmm", "matmul", "_softmax", "linear"}
+
+
+@check("e1_llama_layer_saved_bytes")
+def check_llama_layer_saved_bytes(llama_layer_saved_bytes) -> int:
+    expect_callable(llama_layer_saved_bytes, "llama_layer_saved_bytes")
+    public = stored()["llama_layer_saved_bytes"]
+    cases = [(*case, public[case[0]]) for case in _e1_public_cases()]
+    rng = grading_rng("e1_llama_layer_saved_bytes")
+    if rng is not None:
+        cases += [
+            (*c, measure_layer_saved_bytes(c[1], c[2], c[3], DTYPES[c[4]])) for c in _e1_drawn_cases(rng)
+        ]
+    for name, config, batch, seq, dtype, expected in cases:
+        bytes_per_value = torch.finfo(DTYPES[dtype]).bits // 8
+        recorder = _OpRecorder()
+        with recorder:
+            got = call(llama_layer_saved_bytes, copy.deepcopy(config), batch, seq, bytes_per_value, case=name)
+        ran = sorted(recorder.ops & MODEL_OPS)
+        if ran:
+            raise CheckFailed(
+                f"case {name}: your function ran a model (torch ran {', '.join(ran)}): the exercise asks for a "
+                "formula in the config's numbers, not a measurement."
+            )
+        if isinstance(got, torch.Tensor) or not isinstance(got, numbers.Real) or isinstance(got, bool):
+            expect_type(got, int, case=name, what="the number of bytes")
+        expect_close(
+            got,
+            expected,
+            case=name,
+            what=f"the bytes one layer saves for backward (bytes_per_value={bytes_per_value})",
+            rtol=E1_RTOL,
+            reveal=False,
+        )
+    return len(cases)
+
+
+# ---- e2: plan_checkpointing ---------------------------------------------------------------------------------------
+
+
+class Block(nn.Sequential):
+    """Linear(d, width) -> `depth` pointwise GELU/tanh steps -> Linear(width, d): the FLOPs depend on the width only,
+    the saved activations on the width and the depth."""
+
+    def __init__(self, d: int, width: int, depth: int):
+        layers: list[nn.Module] = [nn.Linear(d, width)]
+        for k in range(depth):
+            layers.append(nn.GELU() if k % 2 == 0 else nn.Tanh())
+        layers.append(nn.Linear(width, d))
+        super().__init__(*layers)
+
+
+def budget_stack(d: int, blocks: list[tuple[int, int]], batch: int, seed: int = 0):
+    """(an nn.Sequential of Blocks, an input of `batch` rows): the models of Exercise 4.2."""
+    torch.manual_seed(seed)
+    stack = nn.Sequential(*[Block(d, width, depth) for width, depth in blocks])
+    x = torch.randn(batch, d, generator=torch.Generator().manual_seed(seed + 1))
+    return stack, x
+
+
+def run_plan(blocks: nn.Sequential, x: torch.Tensor, plan) -> torch.Tensor:
+    """The forward pass of Exercise 4.2 with the blocks in `plan` checkpointed (non-reentrant); returns the loss."""
+    plan = set(plan or ())
+    h = x
+    for i, block in enumerate(blocks):
+        h = checkpoint(block, h, use_reentrant=False) if i in plan else block(h)
+    return h.square().mean()
+
+
+def block_flops(blocks: nn.Sequential, x: torch.Tensor) -> list[int]:
+    """The forward FLOPs of each block (torch.utils.flop_counter.FlopCounterMode): what recomputing it costs."""
+    flops = []
+    h = x
+    with torch.no_grad():
+        for block in blocks:
+            counter = FlopCounterMode(display=False)
+            with counter:
+                h = block(h)
+            flops.append(counter.get_total_flops())
+    return flops
+
+
+def measure_plan(blocks: nn.Sequential, x: torch.Tensor, plan) -> tuple[int, int]:
+    """(peak bytes of one forward + backward with `plan`, FLOPs it recomputes): how the check measures a plan.
+    The peak is `track_memory(model=blocks, inputs=x)`'s: parameters, gradients and activations."""
+    blocks.zero_grad(set_to_none=True)
+    with track_memory(model=blocks, inputs=x) as trace:
+        run_plan(blocks, x, plan).backward()
+    blocks.zero_grad(set_to_none=True)
+    flops = block_flops(blocks, x)
+    return trace.peak_bytes, sum(flops[i] for i in set(plan or ()))
+
+
+E2_MODELS = {
+    "A": dict(d=32, blocks=[(128, 1), (64, 5), (256, 1), (96, 3), (160, 2)], batch=256),
+    "B": dict(d=48, blocks=[(96, 4), (192, 1), (48, 6), (144, 2)], batch=192),
+}
+
+
+def _e2_public_cases():
+    """(name, model name, budget, least FLOPs or None): budgets and least FLOPs stored by make_check_data."""
+    cases = []
+    for model_name, entries in stored()["plan_checkpointing"].items():
+        for budget_name, entry in sorted(entries.items(), key=lambda item: -item[1]["budget"]):
+            cases.append(
+                (
+                    f"model {model_name}, {budget_name}",
+                    E2_MODELS[model_name],
+                    entry["budget"],
+                    entry["least_flops"],
+                )
+            )
+    return cases
+
+
+def _describe_model(spec) -> str:
+    return (
+        f"{len(spec['blocks'])} blocks (width, depth) {spec['blocks']}, d={spec['d']}, batch {spec['batch']}"
+    )
+
+
+def _e2_drawn_cases(rng: random.Random):
+    refs = references("lesson04")
+    cases = []
+    for i in range(1, 3):
+        spec = dict(
+            d=rng.choice([16, 24, 32]),
+            blocks=[
+                (rng.choice([32, 64, 96, 128, 192]), rng.randint(1, 6)) for _ in range(rng.randint(4, 5))
+            ],
+            batch=rng.choice([64, 128, 192]),
+        )
+        blocks, x = budget_stack(spec["d"], spec["blocks"], spec["batch"], seed=i)
+        table = refs.plan_table(blocks, x)
+        peaks = sorted({peak for peak, _ in table.values()})
+        budget = rng.choice(peaks[1:-1] or peaks) + rng.randint(0, 512)
+        name = drawn(i, f"{_describe_model(spec)}, budget {budget:,} bytes")
+        cases.append((name, spec, budget, refs.least_flops_within(table, budget)))
+    return cases
+
+
+def _normalise_plan(got, n: int, case: str):
+    if got is None:
+        return None
+    if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
+        raise CheckFailed(
+            f"case {case}: the plan should be a list of block indices (or None when no plan fits); got "
+            f"{type(got).__name__}."
+        )
+    plan = list(got)
+    for i in plan:
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= int(i) < n:
+            raise CheckFailed(f"case {case}: the plan should hold block indices 0..{n - 1}; it holds {i!r}.")
+    return sorted({int(i) for i in plan})
+
+
+@check("e2_plan_checkpointing")
+def check_plan_checkpointing(plan_checkpointing) -> int:
+    expect_callable(plan_checkpointing, "plan_checkpointing")
+    cases = _e2_public_cases()
+    rng = grading_rng("e2_plan_checkpointing")
+    if rng is not None:
+        cases += _e2_drawn_cases(rng)
+    for name, spec, budget, least in cases:
+        blocks, x = budget_stack(spec["d"], spec["blocks"], spec["batch"])
+        theirs, their_x = copy.deepcopy(blocks), x.clone()
+        got = call(plan_checkpointing, theirs, their_x, budget, case=name)
+        plan = _normalise_plan(got, len(blocks), name)
+        if least is None:
+            if plan is not None:
+                peak, _ = measure_plan(blocks, x, plan)
+                raise CheckFailed(
+                    f"case {name}: no plan fits this budget, so the function should return None; it returned "
+                    f"{plan}, whose measured peak is {peak:,} bytes, over the budget of {budget:,}."
+                )
+            continue
+        if plan is None:
+            raise CheckFailed(
+                f"case {name}: your function returned None, but a plan that fits the budget of {budget:,} bytes "
+                "exists."
+            )
+        peak, flops = measure_plan(blocks, x, plan)
+        if peak > budget:
+            raise CheckFailed(
+                f"case {name}: with your plan {plan} the measured peak is {peak:,} bytes, {peak - budget:,} over the "
+                f"budget of {budget:,}: checkpoint more (or other) blocks."
+            )
+        if flops > least:
+            extra = "" if least else " (no checkpointing at all fits this budget)"
+            raise CheckFailed(
+                f"case {name}: your plan {plan} fits, but it recomputes {flops:,} FLOPs, and a plan that fits with "
+                f"fewer exists{extra}: your recompute is {how_far(flops, least) if least else 'too high'}."
+            )
+    return len(cases)
+
+
+# ---- e3: measure_checkpointed_stack (GPU) -------------------------------------------------------------------------
+
+#: the check's set-ups: "cuda" is graded (Llama-2-7B's layer shape, bf16); "cpu" runs the same logic at tiny sizes
+E3_PROFILES = {
+    "cuda": dict(
+        config=dict(
+            hidden_size=4096, intermediate_size=11008, num_attention_heads=32, num_key_value_heads=32
+        ),
+        layers=4,
+        batch=1,
+        seq=2048,
+        dtype=torch.bfloat16,
+        steps=3,
+        time_factor=2.0,
+    ),
+    "cpu": dict(
+        config=dict(hidden_size=64, intermediate_size=172, num_attention_heads=4, num_key_value_heads=4),
+        layers=3,
+        batch=2,
+        seq=64,
+        dtype=torch.float32,
+        steps=2,
+        time_factor=20.0,
+    ),
+}
+E3_MIN_GPU_GB = 20
+
+
+def stack_setup(device, config: dict, layers: int, batch: int, seq: int, dtype: torch.dtype, seed: int = 0):
+    """(nn.ModuleList of eager-attention LlamaDecoderLayers, hidden states, (cos, sin)) on `device`."""
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    cfg = tiny_llama_config(**config, num_hidden_layers=layers)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    with torch.device(device):
+        stack = nn.ModuleList([LlamaDecoderLayer(cfg, layer_idx=i) for i in range(layers)]).to(dtype)
+        hidden = torch.randn(batch, seq, cfg.hidden_size, dtype=dtype)
+        position_ids = torch.arange(seq)[None].expand(batch, seq)
+        cos, sin = LlamaRotaryEmbedding(cfg)(hidden, position_ids)
+    return stack, hidden, (cos, sin)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _expect_stack_result(got, case: str) -> None:
+    expect_keys(got, ("peak_bytes", "step_ms"), case=case, what="the returned dict")
+    for key in ("peak_bytes", "step_ms"):
+        expect_type(got[key], numbers.Real, case=case, what=key)
+        if not math.isfinite(float(got[key])) or float(got[key]) <= 0:
+            raise CheckFailed(f"case {case}: {key} should be a positive number; got {got[key]!r}.")
+
+
+def _watch_stack(fn, device, profile, use_checkpoint: bool, case: str):
+    """Call the learner's function on a fresh stack, watching from outside: (result, peak over the whole call,
+    seconds of the whole call); fails unless every layer ran forward once per step (twice when checkpointed)."""
+    stack, hidden, pe = stack_setup(
+        device, profile["config"], profile["layers"], profile["batch"], profile["seq"], profile["dtype"]
+    )
+    calls = [0] * len(stack)
+    for i, layer in enumerate(stack):
+        # a pre-hook on the layer's first module: a recompute may stop early, before the layer's last module ends
+        layer.input_layernorm.register_forward_pre_hook(lambda *_, i=i: calls.__setitem__(i, calls[i] + 1))
+    steps = profile["steps"]
+    _sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        start = time.perf_counter()
+        got = call(fn, stack, hidden, pe, use_checkpoint, steps=steps, case=case)
+        _sync(device)
+        seconds = time.perf_counter() - start
+        peak = torch.cuda.max_memory_allocated(device)
+    else:
+        with track_memory(model=stack, inputs=(hidden, pe)) as trace:
+            start = time.perf_counter()
+            got = call(fn, stack, hidden, pe, use_checkpoint, steps=steps, case=case)
+            seconds = time.perf_counter() - start
+        peak = trace.peak_bytes
+    del stack, hidden, pe
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    _expect_stack_result(got, case)
+    per_layer = (steps + 1) * (2 if use_checkpoint else 1)
+    if any(c != per_layer for c in calls):
+        how = (
+            "checkpointed: its forward runs twice per step (again in backward)"
+            if use_checkpoint
+            else ("not checkpointed: its forward runs once per step")
+        )
+        raise CheckFailed(
+            f"case {case}: with steps={steps} (one warm-up step, then {steps} timed) and each layer {how}, every "
+            f"layer should run {per_layer} times; it ran {calls} times."
+        )
+    return got, peak, seconds
+
+
+def run_checkpointed_stack_check(fn: Callable, device) -> int:
+    """The logic of check_measure_checkpointed_stack on `device` with that device's profile; returns the cases."""
+    device = torch.device(device)
+    profile = E3_PROFILES[device.type]
+    expect_callable(fn, "measure_checkpointed_stack")
+    peaks = {}
+    for use_checkpoint in (False, True):
+        case = (
+            f"{profile['layers']} layers {profile['config']}, batch {profile['batch']}, seq {profile['seq']}, "
+            f"{str(profile['dtype']).removeprefix('torch.')} on {device.type}, checkpoint={use_checkpoint}"
+        )
+        got, peak, seconds = _watch_stack(fn, device, profile, use_checkpoint, case)
+        expect_close(
+            got["peak_bytes"],
+            peak,
+            case=case,
+            what="peak_bytes (what the check saw from outside your function)",
+            rtol=0.05,
+            atol=MiB if device.type == "cuda" else 1024,
+            reveal=False,
+        )
+        upper_ms = 1000 * seconds / profile["steps"]  # the whole call, warm-up included, per timed step
+        lower_ms = upper_ms / (profile["steps"] + 1) / profile["time_factor"]
+        if not lower_ms <= float(got["step_ms"]) <= upper_ms:
+            raise CheckFailed(
+                f"case {case}: step_ms = {float(got['step_ms']):.3g} ms does not fit the time your call took "
+                f"({1000 * seconds:.3g} ms for one warm-up and {profile['steps']} timed steps): milliseconds per "
+                "timed step, with torch.cuda.synchronize() before each reading of the clock."
+            )
+        peaks[use_checkpoint] = float(got["peak_bytes"])
+    if not peaks[True] < peaks[False]:
+        raise CheckFailed(
+            "checkpointing should lower the peak of this stack: your peak with checkpoint=True is not below the one "
+            "with checkpoint=False."
+        )
+    return 2
+
+
+@check("e3_measure_checkpointed_stack")
+def check_measure_checkpointed_stack(measure_checkpointed_stack) -> int:
+    expect_callable(measure_checkpointed_stack, "measure_checkpointed_stack")
+    n = run_checkpointed_stack_check(measure_checkpointed_stack, "cpu")
+    needs_hardware(
+        cuda=True,
+        min_gpu_gb=E3_MIN_GPU_GB,
+        passed="the tiny stack on the CPU: forward calls, peak and step time as the check saw them",
+    )
+    return n + run_checkpointed_stack_check(
+        measure_checkpointed_stack, torch.device("cuda", torch.cuda.current_device())
+    )
+
+
+__all__ = [
+    "CheckFailed",
+    "check_llama_layer_saved_bytes",
+    "check_plan_checkpointing",
+    "check_measure_checkpointed_stack",
+    "measure_layer_saved_bytes",
+    "layer_parts",
+    "budget_stack",
+    "run_plan",
+    "measure_plan",
+    "block_flops",
+    "E2_MODELS",
+    "E3_PROFILES",
+    "stack_setup",
+    "run_checkpointed_stack_check",
+]
