@@ -13,6 +13,7 @@ import test_autograders_lesson01 as l01
 import test_autograders_lesson02 as l02
 import test_autograders_lesson03 as l03
 import test_autograders_lesson04 as l04
+import test_autograders_lesson05 as l05
 
 import autograders.kit as kit
 from autograders.kit import CheckFailed
@@ -36,6 +37,8 @@ CHECKS = [
     (l03.check_amp_train_step, l03.amp_train_step),
     (l04.check_llama_layer_saved_bytes, l04.llama_layer_saved_bytes),
     (l04.check_plan_checkpointing, l04.plan_checkpointing),
+    (l05.check_train_step_accumulated, l05.train_step_accumulated),
+    (l05.check_seq_cls_loss, l05.seq_cls_loss),
 ]
 HARD_CODABLE = {
     "e2_adamw8bit_state_bytes",

@@ -1,0 +1,557 @@
+"""Checks for lesson 05 — gradient accumulation (and, in its last section, data parallelism).
+
+No check holds an answer. `train_step_accumulated` is watched while it runs (an optimizer step pre-hook keeps the
+gradients the optimizer applies and counts the steps) and compared with one full-batch step that Hugging Face's own
+causal-LM loss computes on an identical model: the micro-batches right-padded into one batch, the loss averaged over
+all target tokens of the step. `seq_cls_loss` is compared with torch's `F.cross_entropy` when called directly, then
+run as a `compute_loss_func` inside a real `transformers.Trainer` with gradient accumulation and SGD, whose parameter
+update must equal a full-batch SGD update computed by hand. Every model and batch is the check's own (tiny Llama and
+BERT models built with `memlab.models`); under strict grading each check also draws cases of its own
+(`grading_rng`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import logging
+import math
+import numbers
+import random
+import tempfile
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from autograders.kit import (
+    CheckFailed,
+    call,
+    check,
+    drawn,
+    expect_callable,
+    expect_close,
+    expect_type,
+    grading_rng,
+    how_far,
+)
+from memlab.models import build_model, tiny_bert_config, tiny_llama_config
+
+PAD_ID = 0  # tiny_llama_config's pad token: the check's random token ids start at 3
+
+# ---- e1: train_step_accumulated -----------------------------------------------------------------------------------
+
+#: fp32 rounding: the same sums taken in another order and other matmul shapes (measured: about 1e-7 to 1e-6)
+GRAD_RTOL = 2e-5
+LOSS_RTOL = 1e-5
+
+
+def lm_model(seed: int, hidden: int = 32, layers: int = 1, heads: int = 2, vocab: int = 96):
+    """A tiny Llama causal LM (fp32, eager attention, no dropout) for the checks of Exercise 5.1."""
+    config = tiny_llama_config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+    )
+    return build_model(config, task="causal-lm", seed=seed)
+
+
+def micro_batch(rows, generator: torch.Generator, vocab: int = 96) -> dict[str, torch.Tensor]:
+    """One micro-batch: `rows` is a list of (length, masked prefix). Each row has `length` real tokens, the first
+    `masked prefix` of them labelled -100 (a prompt), and is right-padded with PAD_ID / -100 to the longest row."""
+    width = max(length for length, _ in rows)
+    input_ids = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for i, (length, prefix) in enumerate(rows):
+        ids = torch.randint(3, vocab, (length,), generator=generator)
+        input_ids[i, :length] = ids
+        labels[i, prefix:length] = ids[prefix:]
+    return {"input_ids": input_ids, "labels": labels}
+
+
+def target_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """The targets of a causal LM: labels[:, 1:] != -100 (the model predicts token t+1 from tokens 0..t)."""
+    return int((batch["labels"][:, 1:] != -100).sum())
+
+
+def full_batch(micro_batches) -> dict[str, torch.Tensor]:
+    """The micro-batches as one batch, right-padded to the longest row (causal attention: padding after a row's
+    tokens changes none of its logits)."""
+    width = max(mb["input_ids"].shape[1] for mb in micro_batches)
+    pieces = {"input_ids": [], "labels": []}
+    for mb in micro_batches:
+        pad = width - mb["input_ids"].shape[1]
+        pieces["input_ids"].append(F.pad(mb["input_ids"], (0, pad), value=PAD_ID))
+        pieces["labels"].append(F.pad(mb["labels"], (0, pad), value=-100))
+    return {key: torch.cat(value) for key, value in pieces.items()}
+
+
+def _e1_cases():
+    """(name, model seed, lr, [micro-batch row specs per step]); every step uses the same micro-batches."""
+    return [
+        (
+            "two micro-batches of the same shape (2 rows x 12 tokens each, no padding)",
+            0,
+            0.5,
+            [[(12, 0)] * 2] * 2,
+            1,
+        ),
+        (
+            "very different token counts: 1 row of 40 tokens, then 4 rows of 3 tokens",
+            1,
+            0.5,
+            [[(40, 0)], [(3, 0)] * 4],
+            1,
+        ),
+        (
+            "a micro-batch with a single target token (a row of 2 tokens) between two of 2 x 20 tokens",
+            2,
+            0.5,
+            [[(20, 0), (18, 0)], [(2, 0)], [(20, 0), (15, 0)]],
+            1,
+        ),
+        (
+            "one micro-batch only (3 rows of 25, 9 and 4 tokens, right-padded)",
+            3,
+            0.5,
+            [[(25, 0), (9, 0), (4, 0)]],
+            1,
+        ),
+        (
+            "three micro-batches with prompts labelled -100 and padding, two steps in a row",
+            4,
+            0.3,
+            [[(30, 10), (12, 0)], [(6, 5), (16, 2), (8, 0)], [(24, 20)]],
+            2,
+        ),
+    ]
+
+
+def _drawn_e1_cases(rng: random.Random):
+    cases = []
+    for i in range(1, 4):
+        specs = []
+        for _ in range(rng.randint(1, 4)):
+            rows = []
+            for _ in range(rng.randint(1, 4)):
+                length = rng.randint(2, 32)
+                prefix = rng.choice([0, 0, rng.randint(0, length - 2)])  # at least one target token per row
+                rows.append((length, prefix))
+            specs.append(rows)
+        counts = "/".join(str(sum(length - max(1, p) for length, p in rows)) for rows in specs)
+        name = drawn(i, f"{len(specs)} micro-batch(es) with {counts} target tokens")
+        cases.append((name, rng.randrange(10**6), rng.choice([0.1, 0.3, 0.5]), specs, rng.choice([1, 2])))
+    return cases
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([t.detach().double().flatten() for t in tensors])
+
+
+def _grad_verdict(got: torch.Tensor, expected: torch.Tensor, n_micro: int) -> str | None:
+    """None if `got` is `expected` to fp32 rounding, else what is wrong with it, in words."""
+    scale = expected.norm()
+    error = (got - expected).norm() / scale
+    if error <= GRAD_RTOL:
+        return None
+    factor = float(got @ expected / (expected @ expected))
+    residual = float((got - factor * expected).norm() / scale)
+    if residual <= 10 * GRAD_RTOL:
+        times = f"{factor:.4g} times"
+        if n_micro > 1 and abs(factor - n_micro) < 1e-3 * n_micro:
+            times += f" (the number of micro-batches, {n_micro}: micro-batch means summed, never divided)"
+        return (
+            f"they are {times} the full batch's: the direction is right, the scale is not. The loss of the step "
+            "is the sum of the per-token losses divided by the number of target tokens of the WHOLE step: count "
+            "the shifted labels, labels[:, 1:] != -100, of every micro-batch"
+        )
+    return (
+        f"they point in another direction than the full batch's (relative error {float(error):.3g}): each "
+        "micro-batch must count in proportion to its number of target tokens. A mean of per-micro-batch means "
+        "gives a micro-batch of 2 tokens the same weight as one of 200"
+    )
+
+
+def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    micro_batches = [micro_batch(rows, generator) for rows in specs]
+    together = full_batch(micro_batches)
+    model, reference = lm_model(seed), lm_model(seed)
+    model.train(), reference.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    ref_optimizer = torch.optim.SGD(reference.parameters(), lr=lr)
+    applied: list[list[torch.Tensor | None]] = []
+    optimizer.register_step_pre_hook(
+        lambda opt, args, kwargs: applied.append(
+            [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
+        )
+    )
+    names = [n for n, _ in model.named_parameters()]
+    n_micro = len(micro_batches)
+    for step in range(1, n_steps + 1):
+        label = name if n_steps == 1 else f"{name}, step {step}"
+        where = f"case {label}"
+        # the reference: one full-batch step, the loss Hugging Face's own (mean over all target tokens)
+        with torch.no_grad():
+            micro_means = [reference(**mb).loss.item() for mb in micro_batches]
+        ref_loss = reference(**together).loss
+        ref_loss.backward()
+        ref_grads = [p.grad.detach().clone() for p in reference.parameters()]
+        ref_optimizer.step()
+        ref_optimizer.zero_grad(set_to_none=True)
+        # the learner's step, watched
+        applied.clear()
+        copies = [{k: v.clone() for k, v in mb.items()} for mb in micro_batches]
+        got = call(train_step_accumulated, model, optimizer, copies, case=label)
+        if isinstance(got, torch.Tensor):
+            raise CheckFailed(f"{where}: return the loss as a Python float (loss.item()); got a tensor.")
+        expect_type(got, numbers.Real, case=label, what="the returned loss")
+        if len(applied) != 1:
+            raise CheckFailed(
+                f"{where}: optimizer.step() should be called once per call, after the backward of the last of the "
+                f"{n_micro} micro-batch(es); it was called {len(applied)} time(s)."
+            )
+        missing = [n for n, g in zip(names, applied[0]) if g is None]
+        if missing:
+            raise CheckFailed(
+                f"{where}: when optimizer.step() ran, {missing[0]} had no gradient: call backward() on every "
+                "micro-batch's loss before the step (and zero the gradients after it, not before it)."
+            )
+        leftover = [
+            (n, float(p.grad.norm()))
+            for n, p in model.named_parameters()
+            if p.grad is not None and p.grad.any()
+        ]
+        if leftover:
+            raise CheckFailed(
+                f"{where}: after the step the gradients should be zeroed (optimizer.zero_grad(): None or zeros "
+                f"are both fine); {leftover[0][0]} still has a gradient of norm {leftover[0][1]:.3g}, which the "
+                "next step would add to."
+            )
+        verdict = _grad_verdict(_flat(applied[0]), _flat(ref_grads), n_micro)
+        if verdict:
+            raise CheckFailed(
+                f"{where}: the gradients the optimizer applied are not those of the full batch (tolerance "
+                f"{GRAD_RTOL:g} relative, fp32 rounding): {verdict}."
+            )
+        for pname, p, q in zip(names, model.parameters(), reference.parameters()):
+            if not torch.allclose(p, q, rtol=1e-5, atol=1e-6):
+                raise CheckFailed(
+                    f"{where}: after the step the parameter {pname} is not what one SGD step with the full-batch "
+                    "gradient gives: let optimizer.step() make the update, once, and change nothing else."
+                )
+        got = float(got)
+        expected = ref_loss.item()
+        if not math.isclose(got, expected, rel_tol=LOSS_RTOL, abs_tol=1e-6):
+            mean_of_means = sum(micro_means) / n_micro
+            hint = ""
+            if n_micro > 1 and math.isclose(got, micro_means[-1], rel_tol=LOSS_RTOL):
+                hint = " That is the last micro-batch's loss alone."
+            elif n_micro > 1 and math.isclose(got, mean_of_means, rel_tol=LOSS_RTOL):
+                hint = " That is the mean of the per-micro-batch means."
+            raise CheckFailed(
+                f"{where}: the returned loss should be the step's loss, the mean over all target tokens of all "
+                f"micro-batches (before the update); it is {how_far(got, expected)} (tolerance ±{LOSS_RTOL:g} "
+                f"relative).{hint}"
+            )
+
+
+@check("e1_train_step_accumulated")
+def check_train_step_accumulated(train_step_accumulated) -> int:
+    expect_callable(train_step_accumulated, "train_step_accumulated")
+    cases = _e1_cases()
+    rng = grading_rng("e1_train_step_accumulated")
+    if rng is not None:
+        cases += _drawn_e1_cases(rng)
+    for case in cases:
+        _run_e1_case(train_step_accumulated, *case)
+    return len(cases)
+
+
+# ---- e2: seq_cls_loss, a compute_loss_func for Trainer ------------------------------------------------------------
+
+UPDATE_RTOL = 1e-4
+
+
+def cls_model(kind: str, seed: int, num_labels: int = 2):
+    """A tiny sequence classifier with dropout off (dropout would make two runs differ): "bert" or "llama"."""
+    if kind == "bert":
+        config = tiny_bert_config(
+            vocab_size=96,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
+    else:
+        config = tiny_llama_config(
+            vocab_size=96,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+        )
+    return build_model(config, task="seq-cls", num_labels=num_labels, seed=seed)
+
+
+def cls_data(n: int, seq: int, num_labels: int, seed: int) -> dict[str, torch.Tensor]:
+    """n examples of `seq` random tokens (ids >= 3: no padding), labels in [0, num_labels)."""
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "input_ids": torch.randint(3, 96, (n, seq), generator=g),
+        "attention_mask": torch.ones(n, seq, dtype=torch.long),
+        "labels": torch.randint(0, num_labels, (n,), generator=g),
+    }
+
+
+def full_batch_update(model, data: dict[str, torch.Tensor], lr: float) -> torch.Tensor:
+    """The SGD update of one step on all of `data` at once, the loss the mean cross-entropy: what accumulation must
+    reproduce. By hand, on a copy of the model (no Trainer)."""
+    model = copy.deepcopy(model)
+    model.train()
+    logits = model(input_ids=data["input_ids"], attention_mask=data["attention_mask"]).logits
+    F.cross_entropy(logits, data["labels"]).backward()
+    return torch.cat([(-lr * p.grad).flatten() for p in model.parameters()])
+
+
+@contextlib.contextmanager
+def _quiet_trainer():
+    """Trainer's warnings and log lines off (the check prints one line)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    accelerate_logger = logging.getLogger("accelerate")
+    old = accelerate_logger.level
+    accelerate_logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(level)
+        accelerate_logger.setLevel(old)
+
+
+def trainer_update(
+    model,
+    data: dict[str, torch.Tensor],
+    micro_batch_size: int,
+    accumulation: int,
+    lr: float,
+    compute_loss_func=None,
+    optimizer: str = "sgd",
+    max_grad_norm: float = 0.0,
+) -> torch.Tensor:
+    """The parameter update of ONE optimizer step of `transformers.Trainer` over all of `data` (micro-batches of
+    `micro_batch_size`, `accumulation` of them; the last may be smaller), on a copy of `model`. SGD (or AdamW)
+    without weight decay, constant LR, clipping off when max_grad_norm=0, on the CPU, nothing saved or printed."""
+    from transformers import PrinterCallback, ProgressCallback, Trainer, TrainingArguments
+
+    from memlab.data import TensorDictDataset
+
+    model = copy.deepcopy(model)
+    before = [p.detach().clone() for p in model.parameters()]
+    params = model.parameters()
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(params, lr=lr)
+    else:
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    with _quiet_trainer(), tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(
+            output_dir=out,
+            per_device_train_batch_size=micro_batch_size,
+            gradient_accumulation_steps=accumulation,
+            max_steps=1,
+            learning_rate=lr,
+            lr_scheduler_type="constant",
+            max_grad_norm=max_grad_norm,
+            weight_decay=0.0,
+            use_cpu=True,
+            report_to=[],
+            disable_tqdm=True,
+            save_strategy="no",
+            logging_strategy="no",
+            eval_strategy="no",
+            seed=0,
+        )
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=TensorDictDataset(data),
+            optimizers=(opt, None),
+            compute_loss_func=compute_loss_func,
+        )
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+        with contextlib.redirect_stdout(io.StringIO()):
+            trainer.train()
+    return torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
+
+
+def _e2_direct_cases():
+    """(name, logits shape, labels, num_items_in_batch): seq_cls_loss called directly, as Trainer would."""
+    return [
+        ("4 examples, 2 classes, num_items_in_batch=None (evaluation)", (4, 2), [0, 1, 1, 0], None),
+        (
+            "3 examples, 3 classes, num_items_in_batch=12 (a micro-batch of an accumulated step)",
+            (3, 3),
+            [2, 0, 1],
+            12,
+        ),
+        (
+            "5 examples, one labelled -100 (ignored), num_items_in_batch=None",
+            (5, 2),
+            [1, -100, 0, 0, 1],
+            None,
+        ),
+    ]
+
+
+def _e2_trainer_cases():
+    """(name, model kind, num_labels, examples, micro-batch size, accumulation steps, seq, seed)."""
+    return [
+        (
+            "BertForSequenceClassification, 16 examples: micro-batches of 4, accumulation 4",
+            "bert",
+            2,
+            16,
+            4,
+            4,
+            10,
+            0,
+        ),
+        (
+            "LlamaForSequenceClassification, 3 labels, 10 examples: micro-batches of 4, 4 and 2 (accumulation 3)",
+            "llama",
+            3,
+            10,
+            4,
+            3,
+            8,
+            1,
+        ),
+        (
+            "BertForSequenceClassification, 8 examples: micro-batches of 1, accumulation 8",
+            "bert",
+            2,
+            8,
+            1,
+            8,
+            6,
+            2,
+        ),
+    ]
+
+
+def _drawn_e2_cases(rng: random.Random):
+    cases = []
+    for i in range(1, 3):
+        kind = rng.choice(["bert", "llama"])
+        micro, accumulation = rng.randint(1, 4), rng.randint(2, 5)
+        n = micro * (accumulation - 1) + rng.randint(1, micro)  # the last micro-batch may be smaller
+        num_labels = rng.randint(2, 4)
+        name = drawn(
+            i,
+            f"{kind}, {num_labels} labels, {n} examples, micro-batches of {micro}, accumulation {accumulation}",
+        )
+        cases.append(
+            (name, kind, num_labels, n, micro, accumulation, rng.randint(4, 12), rng.randrange(10**6))
+        )
+    return cases
+
+
+def _check_direct(seq_cls_loss, name, shape, labels, num_items) -> None:
+    g = torch.Generator().manual_seed(len(name))
+    logits = torch.randn(*shape, generator=g, requires_grad=True)
+    labels = torch.tensor(labels)
+    num = None if num_items is None else torch.tensor(num_items)
+    from transformers.modeling_outputs import SequenceClassifierOutput
+
+    outputs = SequenceClassifierOutput(logits=logits)  # as Trainer passes it: labels popped, so no .loss
+    got = call(seq_cls_loss, outputs, labels.clone(), num_items_in_batch=num, case=name)
+    if not isinstance(got, torch.Tensor) or got.dim() != 0:
+        raise CheckFailed(
+            f"case {name}: the loss should be a 0-dimensional tensor (backward() is called on it); got "
+            f"{type(got).__name__ if not isinstance(got, torch.Tensor) else f'a tensor of shape {tuple(got.shape)}'}."
+        )
+    if not got.requires_grad:
+        raise CheckFailed(
+            f"case {name}: the loss should be computed from outputs.logits (it has no gradient)."
+        )
+    if num_items is None:
+        expected, what = (
+            F.cross_entropy(logits, labels).item(),
+            "the mean cross-entropy over the labelled examples",
+        )
+    else:
+        expected = F.cross_entropy(logits, labels, reduction="sum").item() / num_items
+        what = "the summed cross-entropy divided by num_items_in_batch"
+    expect_close(got.item(), expected, case=name, what=f"the loss ({what})", rtol=1e-5, reveal=False)
+
+
+def _check_in_trainer(seq_cls_loss, name, kind, num_labels, n, micro, accumulation, seq, seed) -> None:
+    model = cls_model(kind, seed, num_labels)
+    data = cls_data(n, seq, num_labels, seed)
+    lr = 0.5
+    expected = full_batch_update(model, data, lr)
+    got = call(
+        trainer_update, model, data, micro, accumulation, lr, compute_loss_func=seq_cls_loss, case=name
+    )
+    error = float((got - expected).norm() / expected.norm())
+    if error <= UPDATE_RTOL:
+        return
+    ratio = float(got.norm() / expected.norm())
+    detail = f"the update is {ratio:.3g} times as large as the full batch's (relative error {error:.3g})"
+    if abs(ratio - accumulation) < 0.01 * accumulation:
+        detail += (
+            f": the accumulation steps, {accumulation}. With a compute_loss_func Trainer does not divide the loss "
+            "by them; your loss must be normalised over the whole accumulated batch, by num_items_in_batch"
+        )
+    elif n % micro:
+        detail += (
+            f". Here the micro-batches differ in size (the last has {n % micro} example(s)): dividing each "
+            "micro-batch's mean by the number of accumulation steps weighs their examples unequally; divide the "
+            "sum by num_items_in_batch"
+        )
+    raise CheckFailed(
+        f"case {name}: one Trainer step with your compute_loss_func, SGD and clipping off should make the same "
+        f"parameter update as one full-batch step (tolerance {UPDATE_RTOL:g} relative); {detail}."
+    )
+
+
+@check("e2_seq_cls_loss")
+def check_seq_cls_loss(seq_cls_loss) -> int:
+    expect_callable(seq_cls_loss, "seq_cls_loss")
+    direct = _e2_direct_cases()
+    for case in direct:
+        _check_direct(seq_cls_loss, *case)
+    cases = _e2_trainer_cases()
+    rng = grading_rng("e2_seq_cls_loss")
+    if rng is not None:
+        cases += _drawn_e2_cases(rng)
+    for case in cases:
+        _check_in_trainer(seq_cls_loss, *case)
+    return len(direct) + len(cases)
+
+
+__all__ = [
+    "CheckFailed",
+    "check_train_step_accumulated",
+    "check_seq_cls_loss",
+    "lm_model",
+    "micro_batch",
+    "full_batch",
+    "target_tokens",
+    "cls_model",
+    "cls_data",
+    "full_batch_update",
+    "trainer_update",
+]
