@@ -190,6 +190,10 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
             [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
         )
     )
+    backwards = [0]  # backward passes that reached the output layer (every micro-batch has targets)
+    model.get_output_embeddings().weight.register_post_accumulate_grad_hook(
+        lambda p: backwards.__setitem__(0, backwards[0] + 1)
+    )
     names = [n for n, _ in model.named_parameters()]
     n_micro = len(micro_batches)
     for step in range(1, n_steps + 1):
@@ -205,6 +209,7 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
         ref_optimizer.zero_grad(set_to_none=True)
         # the learner's step, watched
         applied.clear()
+        backwards[0] = 0
         copies = [{k: v.clone() for k, v in mb.items()} for mb in micro_batches]
         got = call(train_step_accumulated, model, optimizer, copies, case=label)
         if isinstance(got, torch.Tensor):
@@ -214,6 +219,12 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
             raise CheckFailed(
                 f"{where}: optimizer.step() should be called once per call, after the backward of the last of the "
                 f"{n_micro} micro-batch(es); it was called {len(applied)} time(s)."
+            )
+        if backwards[0] != n_micro:
+            raise CheckFailed(
+                f"{where}: backward() should run once per micro-batch ({n_micro} here), each right after that "
+                f"micro-batch's forward; it ran {backwards[0]} time(s). Adding the losses up and calling backward "
+                "once keeps every micro-batch's activations alive together: the memory accumulation is meant to save."
             )
         missing = [n for n, g in zip(names, applied[0]) if g is None]
         if missing:

@@ -253,6 +253,22 @@ def test_e1_returning_the_last_micro_batch_loss_fails():
     assert message.endswith("That is the last micro-batch's loss alone.")
 
 
+def test_e1_one_backward_on_the_summed_loss_fails():
+    def one_backward(model, optimizer, micro_batches):
+        n = sum(target_tokens(mb) for mb in micro_batches)
+        total = sum(
+            model(**mb, num_items_in_batch=n).loss for mb in micro_batches
+        )  # every graph alive at once
+        total.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return total.item()
+
+    message = failure(check_train_step_accumulated, one_backward)
+    assert message.startswith("e1_train_step_accumulated: case two micro-batches of the same shape")
+    assert "backward() should run once per micro-batch (2 here)" in message and "ran 1 time(s)" in message
+
+
 def test_e1_returning_a_tensor_fails():
     def tensor_loss(model, optimizer, micro_batches):
         return torch.tensor(train_step_accumulated(model, optimizer, micro_batches))
