@@ -77,7 +77,14 @@ def execute(path: Path, timeout: int) -> float:
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
-    seconds = execute_notebook(nb, path.parent, timeout)
+    # the kernel inherits this environment: a non-inline matplotlib backend (CI sets MPLBACKEND=Agg) would make every
+    # plt.show() draw nothing, and the committed notebook would lose its plots
+    saved = os.environ.pop("MPLBACKEND", None)
+    try:
+        seconds = execute_notebook(nb, path.parent, timeout)
+    finally:
+        if saved is not None:
+            os.environ["MPLBACKEND"] = saved
     nbformat.write(nb, path)
     return seconds
 
