@@ -7,20 +7,25 @@ all target tokens of the step. `seq_cls_loss` is compared with torch's `F.cross_
 run as a `compute_loss_func` inside a real `transformers.Trainer` with gradient accumulation and SGD, whose parameter
 update must equal a full-batch SGD update computed by hand. Every model and batch is the check's own (tiny Llama and
 BERT models built with `memlab.models`); under strict grading each check also draws cases of its own
-(`grading_rng`).
+(`grading_rng`). `zero_bytes_per_rank` is compared with bytes measured on 2 gloo processes (`memlab.distributed`):
+stored for the public cases (autograders/data/lesson05.json, scripts/make_check_data.py), measured while the check
+runs for the cases drawn at grading time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import io
+import json
 import logging
 import math
 import numbers
 import random
 import tempfile
 import warnings
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +37,7 @@ from autograders.kit import (
     drawn,
     expect_callable,
     expect_close,
+    expect_keys,
     expect_type,
     grading_rng,
     how_far,
@@ -553,6 +559,124 @@ def check_seq_cls_loss(seq_cls_loss) -> int:
     return len(direct) + len(cases)
 
 
+# ---- e3: zero_bytes_per_rank ------------------------------------------------------------------------------------
+# No reference answer: the expected bytes are measured. The public cases were measured once on 2 gloo processes by
+# scripts/make_check_data.py (memlab.distributed's "zero_memory" job, memlab.measure.track_memory in every rank) and
+# are stored in autograders/data/lesson05.json; the cases drawn at grading time are measured while the check runs.
+# Two more public cases need no measurement: ZeRO's own formulas where every first dimension divides the ranks.
+
+DATA = Path(__file__).resolve().parent / "data" / "lesson05.json"
+ZERO_STRATEGIES = ("ddp", "zero1", "fsdp2")
+ZERO_KEYS = ("parameters", "gradients", "optimizer state")
+ZERO_WIDTHS = ((256, 512, 512, 10), (100, 37, 11), (64, 3, 5), (30, 60, 60, 60, 7))
+
+
+def mlp_shapes(widths) -> list[tuple[int, ...]]:
+    """The parameter shapes of `memlab.models.mlp(widths)`, in model order: (out, in) weight, then (out,) bias."""
+    shapes = []
+    for fan_in, fan_out in zip(widths[:-1], widths[1:]):
+        shapes += [(fan_out, fan_in), (fan_out,)]
+    return shapes
+
+
+def measure_zero_bytes(widths_list, strategies=ZERO_STRATEGIES) -> dict:
+    """{(widths, strategy): [per-rank {category: bytes}]} measured on 2 gloo processes, one torchrun launch."""
+    from memlab.distributed import launch
+
+    jobs = {
+        f"zero_memory#{i}": dict(widths=list(widths), strategies=list(strategies))
+        for i, widths in enumerate(widths_list)
+    }
+    measured = launch(jobs)
+    return {
+        (tuple(widths), strategy): [
+            {key: rank["strategies"][strategy]["after_step"][key] for key in ZERO_KEYS}
+            for rank in measured[f"zero_memory#{i}"]
+        ]
+        for i, widths in enumerate(widths_list)
+        for strategy in strategies
+    }
+
+
+@functools.cache
+def public_zero_bytes() -> dict:
+    stored = json.loads(DATA.read_text())["zero_bytes_per_rank"]
+    return {
+        (tuple(int(w) for w in key.split(":")[0].split("x")), key.split(":")[1]): value
+        for key, value in stored.items()
+    }
+
+
+def _zero_formula_cases():
+    """ZeRO's formulas, exact where each rank holds exactly 1/N of every tensor (fp32 AdamW: 4 B per parameter
+    for weights and gradients, 8 B for the two moments, and one 4-byte `step` per parameter tensor it updates)."""
+    cases = []
+    for widths, world, strategy in (((64, 128, 32), 4, "fsdp2"), ((40, 24, 8), 8, "ddp")):
+        shapes = mlp_shapes(widths)
+        psi = sum(math.prod(s) for s in shapes)
+        n = world if strategy == "fsdp2" else 1
+        per_rank = {
+            "parameters": 4 * psi // n,
+            "gradients": 4 * psi // n,
+            "optimizer state": 8 * psi // n + 4 * len(shapes),
+        }
+        cases.append(
+            (f"{strategy}, {world} ranks, widths {widths}", shapes, world, strategy, [per_rank] * world)
+        )
+    return cases
+
+
+def _drawn_zero_cases(rng: random.Random):
+    widths_list = []
+    for _ in range(2):
+        depth = rng.randint(2, 4)
+        widths_list.append(tuple(rng.randint(2, 300) for _ in range(depth + 1)))
+    measured = measure_zero_bytes(widths_list)
+    cases, i = [], 0
+    for widths in widths_list:
+        for strategy in ZERO_STRATEGIES:
+            i += 1
+            name = drawn(i, f"{strategy}, 2 ranks, mlp widths {widths}")
+            cases.append((name, mlp_shapes(widths), 2, strategy, measured[(widths, strategy)]))
+    return cases
+
+
+@check("e3_zero_bytes_per_rank")
+def check_zero_bytes_per_rank(zero_bytes_per_rank) -> int:
+    expect_callable(zero_bytes_per_rank, "zero_bytes_per_rank")
+    cases = [
+        (f"{strategy}, 2 ranks, mlp widths {widths}", mlp_shapes(widths), 2, strategy, expected)
+        for (widths, strategy), expected in public_zero_bytes().items()
+    ]
+    cases += _zero_formula_cases()
+    rng = grading_rng("e3_zero_bytes_per_rank")
+    if rng is not None:
+        cases += _drawn_zero_cases(rng)
+    for name, shapes, world, strategy, expected in cases:
+        got = call(zero_bytes_per_rank, [tuple(s) for s in shapes], world, strategy, case=name)
+        if not isinstance(got, (list, tuple)) or len(got) != world:
+            raise CheckFailed(
+                f"case {name}: expected a list with one dict per rank ({world}); got {_short(got)}."
+            )
+        for rank, (got_rank, want) in enumerate(zip(got, expected)):
+            expect_keys(got_rank, ZERO_KEYS, case=name, what=f"rank {rank}'s dict")
+            for key in ZERO_KEYS:
+                expect_type(got_rank[key], numbers.Integral, case=name, what=f"rank {rank}'s {key!r}")
+                expect_close(
+                    got_rank[key],
+                    want[key],
+                    case=name,
+                    what=f"rank {rank}'s {key!r} bytes (measured with track_memory after optimizer.step())",
+                    reveal=False,
+                )
+    return len(cases)
+
+
+def _short(obj) -> str:
+    text = repr(obj)
+    return f"a {type(obj).__name__} ({text[:57] + '...' if len(text) > 60 else text})"
+
+
 __all__ = [
     "CheckFailed",
     "check_train_step_accumulated",
@@ -565,4 +689,7 @@ __all__ = [
     "cls_data",
     "full_batch_update",
     "trainer_update",
+    "check_zero_bytes_per_rank",
+    "mlp_shapes",
+    "measure_zero_bytes",
 ]

@@ -6,6 +6,8 @@ second way to write each answer) must pass too. Each wrong answer is a mistake a
 asserts that the check names the case that exposes it and says what is wrong.
 """
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,14 +15,17 @@ from check_helpers import failure
 
 from autograders.kit import CheckFailed
 from autograders.lesson05 import (
+    ZERO_KEYS,
     check_seq_cls_loss,
     check_train_step_accumulated,
+    check_zero_bytes_per_rank,
     cls_data,
     cls_model,
     full_batch,
     full_batch_update,
     lm_model,
     micro_batch,
+    public_zero_bytes,
     target_tokens,
     trainer_update,
 )
@@ -402,3 +407,121 @@ def test_strict_grading_draws_more_cases_and_the_right_answer_passes_them(
     assert check_fn(answer) is None
     count = int(capsys.readouterr().out.split(": ")[1].split()[0])
     assert count > public
+
+
+# ---- e3: zero_bytes_per_rank (the expected bytes were measured on 2 gloo ranks; see autograders/data) -----------
+
+
+def zero_bytes_per_rank(shapes, world_size, strategy):
+    """The solution cell of Exercise 5.3."""
+    numels = [math.prod(s) for s in shapes]
+    if strategy == "ddp":
+        whole = {"parameters": 4 * sum(numels), "gradients": 4 * sum(numels)}
+        return [whole | {"optimizer state": 8 * sum(numels) + 4 * len(numels)} for _ in range(world_size)]
+    if strategy == "zero1":
+        load, tensors = [0] * world_size, [0] * world_size
+        for n in sorted(numels, reverse=True):
+            rank = load.index(min(load))
+            load[rank] += n
+            tensors[rank] += 1
+        whole = {"parameters": 4 * sum(numels), "gradients": 4 * sum(numels)}
+        return [whole | {"optimizer state": 8 * load[r] + 4 * tensors[r]} for r in range(world_size)]
+    result = []
+    for rank in range(world_size):
+        padded = local = 0
+        for shape in shapes:
+            rows, rest = -(-shape[0] // world_size), math.prod(shape[1:])
+            padded += rows * rest
+            local += max(0, min(rows, shape[0] - rank * rows)) * rest
+        result.append(
+            {
+                "parameters": 4 * padded,
+                "gradients": 4 * padded,
+                "optimizer state": 8 * local + 4 * len(shapes),
+            }
+        )
+    return result
+
+
+def _unpadded_fsdp2(shapes, world_size, strategy):
+    out = zero_bytes_per_rank(shapes, world_size, strategy)
+    if strategy == "fsdp2":
+        for rank, r in enumerate(out):
+            rows = [-(-s[0] // world_size) for s in shapes]
+            local = sum(max(0, min(k, s[0] - rank * k)) * math.prod(s[1:]) for k, s in zip(rows, shapes))
+            r["parameters"] = r["gradients"] = 4 * local
+    return out
+
+
+def _round_robin_zero1(shapes, world_size, strategy):
+    out = zero_bytes_per_rank(shapes, world_size, strategy)
+    if strategy == "zero1":
+        for rank, r in enumerate(out):
+            mine = [math.prod(s) for i, s in enumerate(shapes) if i % world_size == rank]
+            r["optimizer state"] = 8 * sum(mine) + 4 * len(mine)
+    return out
+
+
+def _no_step_counters(shapes, world_size, strategy):
+    out = zero_bytes_per_rank(shapes, world_size, strategy)
+    if strategy != "zero1":
+        for r in out:
+            r["optimizer state"] -= 4 * len(shapes)
+    return out
+
+
+def _formula_only(shapes, world_size, strategy):
+    """ZeRO's formulas with Psi/N, as if every tensor split evenly."""
+    psi = sum(math.prod(s) for s in shapes)
+    n = world_size
+    state = {
+        "ddp": (4 * psi, 4 * psi, 8 * psi),
+        "zero1": (4 * psi, 4 * psi, 8 * psi // n),
+        "fsdp2": (4 * psi // n, 4 * psi // n, 8 * psi // n),
+    }[strategy]
+    return [dict(zip(ZERO_KEYS, state, strict=True)) for _ in range(n)]
+
+
+def test_e3_right_answer_passes(learner_mode, capsys):
+    check_zero_bytes_per_rank(zero_bytes_per_rank)
+    assert "✓ e3_zero_bytes_per_rank" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (
+            _unpadded_fsdp2,
+            r"fsdp2, 2 ranks, mlp widths \(100, 37, 11\): rank 1's 'parameters' bytes .* too low",
+        ),
+        (_round_robin_zero1, r"zero1, 2 ranks, .*'optimizer state' bytes"),
+        (_no_step_counters, r"ddp, 2 ranks, .*'optimizer state' bytes .* too low, by less than 1%"),
+        (_formula_only, r"'optimizer state' bytes"),
+        (lambda shapes, n, s: zero_bytes_per_rank(shapes, n, s)[:1], r"one dict per rank \(2\)"),
+        (
+            lambda shapes, n, s: [
+                {k: float(v) for k, v in r.items()} for r in zero_bytes_per_rank(shapes, n, s)
+            ],
+            r"'parameters' should be an int",
+        ),
+    ],
+)
+def test_e3_wrong_answers_fail_with_a_reason(learner_mode, wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_zero_bytes_per_rank(wrong)
+
+
+def test_e3_stub_fails(learner_mode):
+    def zero_bytes_per_rank(shapes, world_size, strategy):
+        raise NotImplementedError()
+
+    with pytest.raises(CheckFailed, match="not written yet"):
+        check_zero_bytes_per_rank(zero_bytes_per_rank)
+
+
+def test_e3_public_cases_cover_every_strategy_and_uneven_shapes():
+    stored = public_zero_bytes()
+    assert {s for _, s in stored} == {"ddp", "zero1", "fsdp2"}
+    assert any(
+        w[i] % 2 for w, _ in stored for i in range(1, len(w))
+    )  # a first dimension that 2 does not divide

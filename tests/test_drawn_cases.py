@@ -39,6 +39,7 @@ CHECKS = [
     (l04.check_plan_checkpointing, l04.plan_checkpointing),
     (l05.check_train_step_accumulated, l05.train_step_accumulated),
     (l05.check_seq_cls_loss, l05.seq_cls_loss),
+    (l05.check_zero_bytes_per_rank, l05.zero_bytes_per_rank),
 ]
 HARD_CODABLE = {
     "e2_adamw8bit_state_bytes",
@@ -52,6 +53,7 @@ HARD_CODABLE = {
     "e1_underflow_fraction",
     "e1_llama_layer_saved_bytes",
     "e2_plan_checkpointing",
+    "e3_zero_bytes_per_rank",
 }
 
 
