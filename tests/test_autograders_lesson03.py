@@ -803,7 +803,8 @@ def test_e3_not_zeroing_the_gradients_fails():
         return loss.item(), grad_norm.item()
 
     message = failure(check_amp_train_step, keeps_grads)
-    assert message.startswith(E3 + "fp16, max_norm=100 (no clipping), step 2: ")  # the first case with 2 steps
+    # the first case with 2 steps
+    assert message.startswith(E3 + "fp16, max_norm=100 (no clipping), step 2: ")
     assert message.endswith(
         "the gradients of the previous step were still in .grad and were added to this step's: clear them with "
         "optimizer.zero_grad(set_to_none=True), at the end of each step or at its start."
