@@ -42,7 +42,7 @@ from autograders.kit import (
     grading_rng,
     how_far,
 )
-from memlab.models import build_model, tiny_bert_config, tiny_llama_config
+from memlab.models import build_model, mlp, tiny_bert_config, tiny_llama_config
 
 PAD_ID = 0  # tiny_llama_config's pad token: the check's random token ids start at 3
 
@@ -572,11 +572,13 @@ ZERO_WIDTHS = ((256, 512, 512, 10), (100, 37, 11), (64, 3, 5), (30, 60, 60, 60, 
 
 
 def mlp_shapes(widths) -> list[tuple[int, ...]]:
-    """The parameter shapes of `memlab.models.mlp(widths)`, in model order: (out, in) weight, then (out,) bias."""
-    shapes = []
-    for fan_in, fan_out in zip(widths[:-1], widths[1:]):
-        shapes += [(fan_out, fan_in), (fan_out,)]
-    return shapes
+    """The parameter shapes of `memlab.models.mlp(widths)`, in model order."""
+    return [tuple(p.shape) for p in mlp(list(widths)).parameters()]
+
+
+def zero_key(widths, strategy: str) -> str:
+    """How a public case is named in autograders/data/lesson05.json: "256x512x10:fsdp2"."""
+    return "x".join(map(str, widths)) + ":" + strategy
 
 
 def measure_zero_bytes(widths_list, strategies=ZERO_STRATEGIES) -> dict:
@@ -600,11 +602,13 @@ def measure_zero_bytes(widths_list, strategies=ZERO_STRATEGIES) -> dict:
 
 @functools.cache
 def public_zero_bytes() -> dict:
-    stored = json.loads(DATA.read_text())["zero_bytes_per_rank"]
-    return {
-        (tuple(int(w) for w in key.split(":")[0].split("x")), key.split(":")[1]): value
-        for key, value in stored.items()
+    """{(widths, strategy): per-rank bytes} of the public cases, in the stored order."""
+    names = {
+        zero_key(widths, strategy): (widths, strategy)
+        for widths in ZERO_WIDTHS
+        for strategy in ZERO_STRATEGIES
     }
+    return {names[key]: value for key, value in json.loads(DATA.read_text())["zero_bytes_per_rank"].items()}
 
 
 def _zero_formula_cases():
@@ -654,9 +658,10 @@ def check_zero_bytes_per_rank(zero_bytes_per_rank) -> int:
         cases += _drawn_zero_cases(rng)
     for name, shapes, world, strategy, expected in cases:
         got = call(zero_bytes_per_rank, [tuple(s) for s in shapes], world, strategy, case=name)
-        if not isinstance(got, (list, tuple)) or len(got) != world:
+        expect_type(got, (list, tuple), case=name, what="the result")
+        if len(got) != world:
             raise CheckFailed(
-                f"case {name}: expected a list with one dict per rank ({world}); got {_short(got)}."
+                f"case {name}: expected a list with one dict per rank ({world}); got {len(got)}."
             )
         for rank, (got_rank, want) in enumerate(zip(got, expected)):
             expect_keys(got_rank, ZERO_KEYS, case=name, what=f"rank {rank}'s dict")
@@ -670,11 +675,6 @@ def check_zero_bytes_per_rank(zero_bytes_per_rank) -> int:
                     reveal=False,
                 )
     return len(cases)
-
-
-def _short(obj) -> str:
-    text = repr(obj)
-    return f"a {type(obj).__name__} ({text[:57] + '...' if len(text) > 60 else text})"
 
 
 __all__ = [

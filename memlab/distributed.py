@@ -190,11 +190,11 @@ def scaler_order(widths=(16, 32, 4), micro_batch: int = 8, overflow_rank: int = 
         x, y = _batch(rank, micro_batch, widths, 0)
         loss = F.cross_entropy(model(x), y) * (float("inf") if rank == overflow_rank else 1.0)
         scaler.scale(loss).backward()
-        if way == "DDP":
-            scaler.unscale_(opt)
-        else:
-            scaler.unscale_(opt)  # checks this rank's own gradients for inf ...
-            for p in net.parameters():  # ... and only then averages them over the ranks
+        scaler.unscale_(
+            opt
+        )  # checks this rank's gradients for inf: under DDP, already averaged over the ranks
+        if way != "DDP":  # ... here averaged only now, after the check
+            for p in net.parameters():
                 dist.all_reduce(p.grad)
                 p.grad /= world
         before = [p.detach().clone() for p in net.parameters()]

@@ -141,10 +141,7 @@ class _LiveStorages(TorchDispatchMode):
             finalizer.atexit = False
             self._finalizers.append(finalizer)
         else:
-            size = storage.nbytes()
-            if size != record[0]:  # resized in place (resize_, out= arguments)
-                self.live_bytes += size - record[0]
-                record[0] = size
+            self._resized(record, storage.nbytes())  # resized in place (resize_, out= arguments)
             if category is not None:
                 record[1] = category
 
@@ -157,10 +154,11 @@ class _LiveStorages(TorchDispatchMode):
         for record in self.live.values():
             storage = record[2]()
             if storage is not None:
-                size = storage.nbytes()
-                if size != record[0]:
-                    self.live_bytes += size - record[0]
-                    record[0] = size
+                self._resized(record, storage.nbytes())
+
+    def _resized(self, record: list, size: int) -> None:
+        self.live_bytes += size - record[0]
+        record[0] = size
 
     def note(self, name: str) -> None:
         if self.watch_resizes:

@@ -72,15 +72,10 @@ def lesson04() -> dict:
 
 def lesson05() -> dict:
     """Per-rank bytes of the public ZeRO cases, measured on 2 gloo processes (memlab.distributed, ~10 s)."""
-    from autograders.lesson05 import ZERO_WIDTHS, measure_zero_bytes
+    from autograders.lesson05 import ZERO_WIDTHS, measure_zero_bytes, zero_key
 
     measured = measure_zero_bytes(ZERO_WIDTHS)
-    return {
-        "zero_bytes_per_rank": {
-            "x".join(map(str, widths)) + ":" + strategy: ranks
-            for (widths, strategy), ranks in measured.items()
-        }
-    }
+    return {"zero_bytes_per_rank": {zero_key(*case): ranks for case, ranks in measured.items()}}
 
 
 MAKERS = {"lesson02": lesson02, "lesson03": lesson03, "lesson04": lesson04, "lesson05": lesson05}

@@ -790,18 +790,20 @@ def test_e3_ignoring_the_dtype_argument_fails_on_bf16():
     assert message.endswith("dtype=torch.bfloat16); the first Linear layer's output was torch.float16.")
 
 
-def test_e3_not_zeroing_the_gradients_fails():
-    def keeps_grads(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
-        x, y = batch
-        with torch.autocast(device_type=x.device.type, dtype=dtype):
-            loss = F.cross_entropy(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        scaler.step(optimizer)
-        scaler.update()
-        return loss.item(), grad_norm.item()
+def keeps_grads(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+    """The reference step without its last line, optimizer.zero_grad()."""
+    x, y = batch
+    with torch.autocast(device_type=x.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item(), grad_norm.item()
 
+
+def test_e3_not_zeroing_the_gradients_fails():
     message = failure(check_amp_train_step, keeps_grads)
     # the first case with 2 steps
     assert message.startswith(E3 + "fp16, max_norm=100 (no clipping), step 2: ")
@@ -816,15 +818,7 @@ def test_e3_zeroing_the_gradients_at_the_start_of_the_step_passes(learner_mode, 
 
     def zero_first(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
         optimizer.zero_grad(set_to_none=True)
-        x, y = batch
-        with torch.autocast(device_type=x.device.type, dtype=dtype):
-            loss = F.cross_entropy(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        scaler.step(optimizer)
-        scaler.update()
-        return loss.item(), grad_norm.item()
+        return keeps_grads(model, batch, optimizer, scaler, max_norm, dtype)
 
     check_amp_train_step(zero_first)
     assert "✓ e3_amp_train_step" in capsys.readouterr().out
