@@ -67,6 +67,9 @@ class MemoryTrace:
     current_by_category: dict[str, int] = field(default_factory=dict)
     marks: list[Mark] = field(default_factory=list)
     timeline: list[tuple[int, str, int]] = field(default_factory=list)  # (op index, op name, live bytes)
+    events: list[dict] = field(
+        default_factory=list
+    )  # every allocation, free and mark, in order (see `track_memory`)
     cuda_peak_reserved_bytes: int | None = None
     snapshot_path: str | None = None
     _session: _Session | None = field(default=None, repr=False)
@@ -123,6 +126,7 @@ class _LiveStorages(TorchDispatchMode):
         self.peak_records: list[tuple[int, list]] = []  # (nbytes at the peak, record)
         self.segment_peak = 0
         self.timeline: list[tuple[int, str, int]] = []
+        self.events: list[tuple] = []  # (action, op index, nbytes, record or mark name); see `event_log`
         self.watch_resizes = watch_resizes
         self._finalizers: list[weakref.finalize] = []
 
@@ -137,6 +141,7 @@ class _LiveStorages(TorchDispatchMode):
             record = [storage.nbytes(), category, weakref.ref(storage)]
             self.live[key] = record
             self.live_bytes += record[0]
+            self.events.append(("alloc", len(self.timeline), record[0], record))
             finalizer = weakref.finalize(storage, self._free, key, record)
             finalizer.atexit = False
             self._finalizers.append(finalizer)
@@ -149,6 +154,7 @@ class _LiveStorages(TorchDispatchMode):
         if self.live.get(key) is record:
             del self.live[key]
             self.live_bytes -= record[0]
+            self.events.append(("free", len(self.timeline), record[0], record))
 
     def _remeasure(self) -> None:
         for record in self.live.values():
@@ -157,6 +163,10 @@ class _LiveStorages(TorchDispatchMode):
                 self._resized(record, storage.nbytes())
 
     def _resized(self, record: list, size: int) -> None:
+        if size == record[0]:
+            return
+        self.events.append(("free", len(self.timeline), record[0], record))  # a resize: the old size goes,
+        self.events.append(("alloc", len(self.timeline), size, record))  # the new one comes, same address
         self.live_bytes += size - record[0]
         record[0] = size
 
@@ -190,6 +200,40 @@ def split_by_category(sizes: Iterable[tuple[int, list]]) -> dict[str, int]:
     for nbytes, record in sizes:
         split[record[1] or OTHER] += nbytes
     return split
+
+
+def event_log(storages: _LiveStorages) -> list[dict]:
+    """The tracker's allocations, frees and marks in the order they happened, as plain dicts (the shape of the
+    `device_traces` of a CUDA memory snapshot, `torch.cuda.memory._snapshot()`, with the op and the category added):
+
+        {"action": "alloc" | "free", "addr": int, "size": bytes, "op": name, "op_index": int, "category": str}
+        {"action": "mark", "name": str, "op_index": int}
+
+    `addr` numbers the storages in the order they were first seen (the same number for an alloc and its free; a
+    storage resized in place is a free of its old size and an alloc of its new one at the same addr). `op` is the
+    operator during which it happened: the entry of `trace.timeline` at `op_index` ("start" for the tensors that
+    existed before the block). `category` is the storage's label at the end of the block (a gradient is created by
+    an operator and recognised as a gradient just after). A mark comes after every event before it and before every
+    event after it; the seeded tensors are "alloc" events of op "start".
+    """
+    names = [name for _, name, _ in storages.timeline]
+    addresses: dict[int, int] = {}
+    log = []
+    for action, index, nbytes, what in storages.events:
+        if action == "mark":
+            log.append({"action": "mark", "name": what, "op_index": index})
+            continue
+        log.append(
+            {
+                "action": action,
+                "addr": addresses.setdefault(id(what), len(addresses)),
+                "size": nbytes,
+                "op": names[index] if index < len(names) else "end",
+                "op_index": index,
+                "category": what[1] or OTHER,
+            }
+        )
+    return log
 
 
 def _live_sizes(live: dict[int, list]) -> list[tuple[int, list]]:
@@ -255,6 +299,7 @@ class _Session:
 
     def mark(self, name: str) -> Mark:
         self.classify()
+        self.storages.events.append(("mark", len(self.storages.timeline), 0, name))
         self.storages.note(f"mark: {name}")
         live = split_by_category(_live_sizes(self.storages.live))
         if self.cuda:
@@ -277,6 +322,7 @@ class _Session:
         trace.peak_by_category = split_by_category(storages.peak_records)
         trace.current_by_category = split_by_category(_live_sizes(storages.live))
         trace.timeline = storages.timeline
+        trace.events = event_log(storages)
         if self.cuda:
             torch.cuda.synchronize()
             trace.peak_bytes = max([*self.cuda_segment_peaks, torch.cuda.max_memory_allocated()])

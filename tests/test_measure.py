@@ -143,6 +143,52 @@ def test_timeline_and_marks_are_recorded():
     assert "after backward" in trace.table()
 
 
+def _replay(events):
+    """Live bytes after every alloc/free of an event log, and the live storages at the end."""
+    live, sizes, totals = 0, {}, []
+    for event in events:
+        if event["action"] == "alloc":
+            assert event["addr"] not in sizes, "an address is allocated twice without a free"
+            sizes[event["addr"]] = event["size"]
+            live += event["size"]
+        elif event["action"] == "free":
+            live -= sizes.pop(event["addr"])
+        totals.append(live)
+    return totals, sizes
+
+
+def test_the_event_log_replays_to_the_peak_and_the_end_and_names_ops_and_marks():
+    model = mlp([64, 256, 10])
+    trace = measure_training_step(
+        model, (torch.randn(32, 64), torch.randint(0, 10, (32,))), torch.optim.AdamW(model.parameters())
+    )
+    totals, live = _replay(trace.events)
+    assert max(totals) == trace.peak_bytes
+    assert sum(live.values()) == trace.current_bytes
+    names = [name for _, name, _ in trace.timeline]
+    ops = [e for e in trace.events if e["action"] != "mark"]
+    assert all(e["op"] == names[e["op_index"]] for e in ops)
+    assert {e["op"] for e in ops if e["action"] == "alloc"} >= {"start", "addmm.default"}
+    assert [e["name"] for e in trace.events if e["action"] == "mark"] == [m.name for m in trace.marks]
+    marks = [e["op_index"] for e in trace.events if e["action"] == "mark"]
+    assert [names[i] for i in marks] == [f"mark: {m.name}" for m in trace.marks]
+    # categories are the final labels: AdamW's state and the gradients are named as such
+    allocated = {e["category"] for e in ops if e["action"] == "alloc"}
+    assert {"parameters", "gradients", "optimizer state", "activations & temporaries"} <= allocated
+
+
+def test_a_storage_resized_in_place_is_a_free_and_an_alloc_at_the_same_address():
+    with track_memory() as trace:
+        x = torch.empty(10)
+        x.resize_(1000)
+    events = [e for e in trace.events if e["action"] != "mark"]
+    resized = [e for e in events if e["op"] == "resize_.default"]
+    assert [(e["action"], e["size"]) for e in resized] == [("free", 40), ("alloc", 4000)]
+    assert len({e["addr"] for e in events}) == 1
+    assert _replay(trace.events)[1] == {events[0]["addr"]: 4000} and trace.peak_bytes == 4000
+    del x
+
+
 def test_mark_outside_the_block_is_an_error():
     with track_memory() as trace:
         pass
