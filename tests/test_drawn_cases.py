@@ -14,6 +14,7 @@ import test_autograders_lesson02 as l02
 import test_autograders_lesson03 as l03
 import test_autograders_lesson04 as l04
 import test_autograders_lesson05 as l05
+import test_autograders_lesson06 as l06
 
 import autograders.kit as kit
 from autograders.kit import CheckFailed
@@ -40,6 +41,8 @@ CHECKS = [
     (l05.check_train_step_accumulated, l05.train_step_accumulated),
     (l05.check_seq_cls_loss, l05.seq_cls_loss),
     (l05.check_zero_bytes_per_rank, l05.zero_bytes_per_rank),
+    (l06.check_find_peak, l06.find_peak),
+    (l06.check_time_step, l06.time_step),
 ]
 HARD_CODABLE = {
     "e2_adamw8bit_state_bytes",
@@ -54,6 +57,7 @@ HARD_CODABLE = {
     "e1_llama_layer_saved_bytes",
     "e2_plan_checkpointing",
     "e3_zero_bytes_per_rank",
+    "e1_find_peak",
 }
 
 

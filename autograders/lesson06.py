@@ -1,0 +1,696 @@
+"""Checks for lesson 06 — memory profiling.
+
+No check holds an answer.
+
+- `find_peak` (Exercise 6.1) replays an event log of the tracker (`MemoryTrace.events`) from training steps the check
+  runs itself; the expected answer is what the tracker measured while the step ran (`peak_bytes`,
+  `peak_by_category`, the operator at the top of `timeline`), not a replay of the log.
+- `time_step` (Exercise 6.2) is driven with functions whose true cost the check knows: they sleep, or they queue
+  work on a simulated asynchronous device (`QueueDevice`: a worker thread that runs the queued work while the caller
+  goes on, as a CUDA stream does) and are timed with that device's `synchronize`: that checks the synchronisation on
+  any machine, so the exercise is graded on a CPU. Where CUDA is available, a real queue of matmuls is timed as well
+  (with `sync=None`, which must mean `torch.cuda.synchronize`) and compared with CUDA events.
+- `largest_micro_batch` (Exercise 6.3): the CPU stage gives it steps that raise `torch.OutOfMemoryError` above a
+  batch size the check chose; the GPU stage caps the process's memory and lets real steps run out of it, then checks
+  that the answer fits, that one more does not, and that nothing the failed steps allocated is still held.
+- `trade_off_args` (Exercise 6.4): the learner's `TrainingArguments` are run in a real `transformers.Trainer` on the
+  check's own model and data, and what each set-up must do is observed: the dtype a Linear layer computes in, how
+  often a decoder layer runs its forward per step, the optimizer and the dtype of its state.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import gc
+import math
+import numbers
+import queue
+import statistics
+import tempfile
+import threading
+import time
+
+import torch
+from torch import nn
+
+from autograders.kit import (
+    CheckFailed,
+    call,
+    check,
+    drawn,
+    expect_callable,
+    expect_close,
+    expect_equal,
+    expect_keys,
+    expect_type,
+    grading_rng,
+    how_far,
+    needs_hardware,
+)
+from memlab.measure import CATEGORIES, measure_training_step
+from memlab.models import build_model, mlp, tiny_llama_config
+
+MiB = 1024**2
+
+# ---- e1: find_peak -----------------------------------------------------------------------------------------------
+
+
+def _llama_step(batch: int, seq: int, checkpointing: bool, optimizer: str = "adamw", seed: int = 0):
+    model = build_model(tiny_llama_config(), seed=seed)
+    if checkpointing:
+        model.config.use_cache = (
+            False  # the KV cache is for generation; transformers says so when it switches it off
+        )
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name; non-reentrant
+            model.activation_checkpointing_enable()
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 2048, (batch, seq), generator=generator)
+    return model, {"input_ids": ids, "labels": ids.clone()}, optimizer
+
+
+def _mlp_step(widths, batch: int, optimizer: str, seed: int = 0):
+    torch.manual_seed(seed)
+    model = mlp(list(widths))
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, widths[0], generator=generator)
+    y = torch.randint(0, widths[-1], (batch,), generator=generator)
+    return model, (x, y), optimizer
+
+
+def _optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
+    if name == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    if name == "adamw-foreach":
+        return torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    return torch.optim.SGD(model.parameters(), lr=1e-2)
+
+
+def peak_trace(model, batch, optimizer_name: str):
+    """One tracked training step (memlab.measure.measure_training_step) of `model` on `batch`."""
+    return measure_training_step(model, batch, _optimizer(optimizer_name, model))
+
+
+def expected_peak(trace) -> dict:
+    """What the tracker measured while the step ran: the peak, its split, the first operator at which live bytes
+    reached it, and the mark after it (None if no mark follows)."""
+    index, op, live = max(trace.timeline, key=lambda event: (event[2], -event[0]))
+    following = [
+        name[len("mark: ") :] for i, name, _ in trace.timeline if i > index and name.startswith("mark: ")
+    ]
+    assert live == trace.peak_bytes
+    return {
+        "phase": following[0] if following else None,
+        "op": op,
+        "bytes": trace.peak_bytes,
+        "by_category": dict(trace.peak_by_category),
+    }
+
+
+def _e1_public_cases():
+    return [
+        ("MLP 256-1024-1024-10, batch 64, AdamW", lambda: _mlp_step((256, 1024, 1024, 10), 64, "adamw")),
+        ("MLP 256-1024-1024-10, batch 512, SGD", lambda: _mlp_step((256, 1024, 1024, 10), 512, "sgd")),
+        ("tiny Llama, batch 4 x 128, AdamW (foreach)", lambda: _llama_step(4, 128, False, "adamw-foreach")),
+        ("tiny Llama, batch 8 x 128, checkpointing, SGD", lambda: _llama_step(8, 128, True, "sgd")),
+    ]
+
+
+def _e1_drawn_cases(rng):
+    cases = []
+    for i in range(3):
+        if rng.random() < 0.5:
+            widths = (rng.choice([64, 128, 256]), rng.choice([256, 512, 1024]), rng.choice([256, 512]), 10)
+            batch, opt = rng.choice([16, 64, 256]), rng.choice(["adamw", "sgd", "adamw-foreach"])
+            desc = f"MLP {'-'.join(map(str, widths))}, batch {batch}, {opt}"
+            cases.append((drawn(i, desc), lambda w=widths, b=batch, o=opt, i=i: _mlp_step(w, b, o, seed=i)))
+        else:
+            batch, seq = rng.choice([2, 4, 8]), rng.choice([32, 64, 128])
+            ckpt, opt = rng.random() < 0.5, rng.choice(["adamw", "sgd"])
+            desc = f"tiny Llama, batch {batch} x {seq}, checkpointing {ckpt}, {opt}"
+            cases.append(
+                (drawn(i, desc), lambda b=batch, s=seq, c=ckpt, o=opt, i=i: _llama_step(b, s, c, o, seed=i))
+            )
+    return cases
+
+
+@check("e1_find_peak")
+def check_find_peak(find_peak) -> int:
+    expect_callable(find_peak, "find_peak")
+    cases = _e1_public_cases()
+    rng = grading_rng("e1_find_peak")
+    if rng is not None:
+        cases += _e1_drawn_cases(rng)
+    for name, build in cases:
+        trace = peak_trace(*build())
+        expected = expected_peak(trace)
+        got = call(find_peak, copy.deepcopy(trace.events), case=name)
+        expect_keys(got, ("phase", "op", "bytes", "by_category"), case=name, what="the result")
+        expect_type(got["bytes"], numbers.Integral, case=name, what='"bytes"')
+        if got["bytes"] != expected["bytes"]:
+            raise CheckFailed(
+                f'case {name}: "bytes" (live bytes at the peak) is {how_far(got["bytes"], expected["bytes"])}: '
+                f"you got {got['bytes']:,} (exactly)."
+            )
+        if got["op"] != expected["op"]:
+            raise CheckFailed(
+                f'case {name}: "op" should be the operator during which live bytes first reached the peak; got '
+                f"{got['op']!r}."
+            )
+        if got["phase"] != expected["phase"]:
+            raise CheckFailed(
+                f'case {name}: "phase" should be the name of the first mark after the peak; got {got["phase"]!r}.'
+            )
+        expect_keys(got["by_category"], CATEGORIES, case=name, what='"by_category"')
+        for category in CATEGORIES:
+            if got["by_category"][category] != expected["by_category"][category]:
+                raise CheckFailed(
+                    f'case {name}: "by_category"[{category!r}] is '
+                    f"{how_far(got['by_category'][category], expected['by_category'][category])}: you got "
+                    f"{got['by_category'][category]:,} (exactly)."
+                )
+    return len(cases)
+
+
+# ---- e2: time_step -----------------------------------------------------------------------------------------------
+
+#: the check's timing tolerance: a sleep on a loaded 2-core machine overshoots by a few milliseconds
+E2_RTOL, E2_ATOL = 0.25, 0.006
+
+
+class QueueDevice:
+    """A simulated asynchronous device: `launch(seconds)` queues work and returns at once; a worker thread runs the
+    queue in order; `synchronize()` waits until everything queued so far has run (as `torch.cuda.synchronize`)."""
+
+    def __init__(self):
+        self.jobs: queue.Queue = queue.Queue()
+        self.worker = threading.Thread(target=self._run, daemon=True)
+        self.worker.start()
+
+    def _run(self) -> None:
+        while True:
+            seconds = self.jobs.get()
+            if seconds is None:
+                self.jobs.task_done()
+                return
+            time.sleep(seconds)
+            self.jobs.task_done()
+
+    def launch(self, seconds: float) -> None:
+        self.jobs.put(seconds)
+
+    def synchronize(self) -> None:
+        self.jobs.join()
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.worker.join()
+
+
+@dataclasses.dataclass
+class TimedCase:
+    """A function whose every call costs `costs[i]` seconds (its i-th call), run on the host or queued on a device."""
+
+    name: str
+    costs: list[float]
+    warmup: int
+    repeats: int
+    asynchronous: bool = False
+
+    @property
+    def expected(self) -> tuple[float, float]:
+        measured = self.costs[self.warmup : self.warmup + self.repeats]
+        return statistics.mean(measured), statistics.stdev(measured) if len(measured) > 1 else 0.0
+
+
+def _e2_public_cases() -> list[TimedCase]:
+    return [
+        TimedCase("steady 20 ms on the host", [0.02] * 7, warmup=2, repeats=5),
+        TimedCase(
+            "slow first calls (compilation, allocator warm-up)",
+            [0.15, 0.15] + [0.01] * 4,
+            warmup=2,
+            repeats=4,
+        ),
+        TimedCase("alternating 10 ms / 30 ms", [0.01] + [0.01, 0.03] * 3, warmup=1, repeats=6),
+        TimedCase(
+            "asynchronous device, warm-up work still queued",
+            [0.1, 0.1] + [0.02] * 4,
+            warmup=2,
+            repeats=4,
+            asynchronous=True,
+        ),
+        TimedCase("asynchronous device, 25 ms per call", [0.025] * 6, warmup=1, repeats=5, asynchronous=True),
+    ]
+
+
+def _e2_drawn_cases(rng) -> list[TimedCase]:
+    cases = []
+    for i in range(3):
+        warmup, repeats = rng.randint(1, 3), rng.randint(3, 5)
+        costs = [rng.uniform(0.04, 0.08) for _ in range(warmup)] + [
+            rng.uniform(0.01, 0.03) for _ in range(repeats)
+        ]
+        asynchronous = rng.random() < 0.6
+        kind = "asynchronous device" if asynchronous else "host"
+        cases.append(
+            TimedCase(
+                drawn(i, f"{kind}, warm-up {warmup}, repeats {repeats}"), costs, warmup, repeats, asynchronous
+            )
+        )
+    return cases
+
+
+def _run_timed_case(time_step, case: TimedCase, device: QueueDevice):
+    calls = [0]
+
+    def fn():
+        cost = case.costs[min(calls[0], len(case.costs) - 1)]
+        calls[0] += 1
+        if case.asynchronous:
+            device.launch(cost)
+        else:
+            time.sleep(cost)
+
+    sync = device.synchronize if case.asynchronous else (lambda: None)
+    result = call(time_step, fn, warmup=case.warmup, repeats=case.repeats, sync=sync, case=case.name)
+    device.synchronize()  # nothing of this case may still run during the next one
+    return result, calls[0]
+
+
+def _expect_mean_std(result, expected, *, case: str) -> None:
+    expect_type(result, tuple, case=case, what="the result")
+    if len(result) != 2:
+        raise CheckFailed(
+            f"case {case}: the result should be a pair (mean seconds, std seconds); got {len(result)} items."
+        )
+    mean, std = result
+    for value, what in ((mean, "the mean"), (std, "the standard deviation")):
+        expect_type(value, numbers.Real, case=case, what=what)
+    expect_close(
+        mean,
+        expected[0],
+        case=case,
+        what="the mean time per call (s)",
+        rtol=E2_RTOL,
+        atol=E2_ATOL,
+        reveal=False,
+    )
+    expect_close(
+        std,
+        expected[1],
+        case=case,
+        what="the standard deviation (s)",
+        rtol=E2_RTOL,
+        atol=E2_ATOL,
+        reveal=False,
+    )
+
+
+@check("e2_time_step")
+def check_time_step(time_step) -> int:
+    expect_callable(time_step, "time_step")
+    cases = _e2_public_cases()
+    rng = grading_rng("e2_time_step")
+    if rng is not None:
+        cases += _e2_drawn_cases(rng)
+    device = QueueDevice()
+    try:
+        for case in cases:
+            result, n_calls = _run_timed_case(time_step, case, device)
+            expect_equal(
+                n_calls,
+                case.warmup + case.repeats,
+                case=case.name,
+                what=f"the number of calls of fn (warmup={case.warmup} + repeats={case.repeats})",
+            )
+            _expect_mean_std(result, case.expected, case=case.name)
+    finally:
+        device.close()
+    if (
+        not torch.cuda.is_available()
+    ):  # the queue device has checked the synchronisation; a GPU adds a real one
+        return len(cases)
+    run_cuda_timing_case(time_step)
+    return len(cases) + 1
+
+
+def run_cuda_timing_case(time_step) -> None:
+    """The GPU stage: a queue of bf16 matmuls (asynchronous: the call returns before they run), timed with
+    `sync=None`, which must mean torch.cuda.synchronize; compared with CUDA events around the same calls."""
+    case = "CUDA matmuls, sync=None"
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+
+    def fn():
+        for _ in range(4):
+            a @ a
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    result = call(time_step, fn, warmup=2, repeats=5, case=case)
+    expect_type(result, tuple, case=case, what="the result")
+    mean = result[0]
+    expect_close(
+        mean, statistics.mean(times), case=case, what="the mean time per call (s)", rtol=0.3, reveal=False
+    )
+
+
+# ---- e3: largest_micro_batch -------------------------------------------------------------------------------------
+
+
+class FakeSteps:
+    """A step that "runs" micro-batches up to `fits` and raises torch.OutOfMemoryError above; it counts its calls."""
+
+    def __init__(self, fits: int):
+        self.fits, self.calls = fits, []
+
+    def __call__(self, batch: int) -> None:
+        self.calls.append(batch)
+        if batch > self.fits:
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {batch * 64} MiB (simulated)"
+            )
+
+
+def max_calls(max_batch: int) -> int:
+    """The step calls a bisection over 1..max_batch needs, plus two to spare."""
+    return math.ceil(math.log2(max_batch + 1)) + 2
+
+
+def _e3_public_cases():
+    return [
+        ("fits up to 13 of 64", 13, 64),
+        ("nothing fits", 0, 32),
+        ("everything fits", 48, 48),
+        ("fits 1 of 100", 1, 100),
+    ]
+
+
+@check("e3_largest_micro_batch")
+def check_largest_micro_batch(largest_micro_batch) -> int:
+    expect_callable(largest_micro_batch, "largest_micro_batch")
+    cases = _e3_public_cases()
+    rng = grading_rng("e3_largest_micro_batch")
+    if rng is not None:
+        for i in range(3):
+            top = rng.randint(8, 500)
+            fits = rng.randint(0, top)
+            cases.append((drawn(i, f"fits up to {fits} of {top}"), fits, top))
+    for name, fits, top in cases:
+        step = FakeSteps(fits)
+        got = call(largest_micro_batch, step, top, case=name)
+        expect_type(got, numbers.Integral, case=name, what="the result")
+        expect_close(got, fits, case=name, what="the largest micro-batch that fits", reveal=False)
+        if len(step.calls) > max_calls(top):
+            raise CheckFailed(
+                f"case {name}: {len(step.calls)} steps were run; every step is a real training step, so search (at "
+                f"most {max_calls(top)} steps for max_batch={top}), do not scan."
+            )
+    name = "a step that fails with another error"
+
+    def broken(batch):
+        raise ValueError("a shape mismatch, not a lack of memory")
+
+    try:
+        largest_micro_batch(broken, 16)
+    except ValueError:
+        pass
+    except Exception as error:
+        raise CheckFailed(
+            f"case {name}: the ValueError should propagate unchanged; got {type(error).__name__}."
+        ) from None
+    else:
+        raise CheckFailed(
+            f"case {name}: only torch.OutOfMemoryError means 'too big'; the ValueError was swallowed."
+        )
+    n = len(cases) + 1
+    needs_hardware(cuda=True, passed=f"{n} cases with simulated out-of-memory errors")
+    run_cuda_oom_case(largest_micro_batch)
+    return n + 1
+
+
+class CudaSteps:
+    """Training steps of an MLP whose activations grow with the micro-batch, on the GPU; holds big tensors in its
+    frame, so an exception kept alive after an OOM keeps them allocated."""
+
+    def __init__(self, width: int = 4096, depth: int = 6):
+        torch.manual_seed(0)
+        self.model = mlp([width] * (depth + 1)).cuda()
+        self.width = width
+
+    def __call__(self, batch: int) -> None:
+        try:
+            x = torch.randn(batch * 64, self.width, device="cuda")
+            loss = self.model(x).float().pow(2).mean()
+            loss.backward()
+        finally:  # gradients of a step that failed half-way are not the learner's to free
+            self.model.zero_grad(set_to_none=True)
+
+
+def run_cuda_oom_case(largest_micro_batch, max_batch: int = 64, headroom: int = 1024 * MiB) -> dict:
+    """Cap this process's GPU memory at what the model holds plus `headroom`, let the learner's search run into real
+    out-of-memory errors, then check the answer under the same cap and that no memory was left held."""
+    case = f"real CUDA steps, {headroom // MiB} MiB of headroom"
+    steps = CudaSteps()
+    torch.cuda.synchronize()
+    gc.collect()
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    baseline = torch.cuda.memory_allocated()
+    fraction = min(1.0, (torch.cuda.memory_reserved() + headroom) / total)
+    torch.cuda.set_per_process_memory_fraction(fraction)
+    try:
+        got = call(largest_micro_batch, steps, max_batch, case=case)
+        gc.collect()
+        held = torch.cuda.memory_allocated() - baseline
+        if held > 0:
+            raise CheckFailed(
+                f"case {case}: {held / MiB:.1f} MiB allocated by the steps are still held after your function "
+                "returned: an exception (or its traceback) kept alive holds the frames of the failed step."
+            )
+        expect_type(got, numbers.Integral, case=case, what="the result")
+        fits = _runs(steps, got) if got > 0 else True
+        fits_more = _runs(steps, got + 1) if got < max_batch else False
+        if not fits or fits_more:
+            raise CheckFailed(
+                f"case {case}: {got} should be the largest micro-batch whose step runs under this cap: "
+                f"{got} {'runs' if fits else 'does not run'}, {got + 1} {'runs' if fits_more else 'does not'}."
+            )
+        return {"largest": got, "cap_bytes": int(fraction * total)}
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        del steps
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def _runs(step, batch: int) -> bool:
+    try:
+        step(batch)
+        return True
+    except torch.OutOfMemoryError:
+        pass
+    gc.collect()
+    torch.cuda.empty_cache()
+    return False
+
+
+# ---- e4: trade_off_args ------------------------------------------------------------------------------------------
+
+SETUPS = ("fp32", "bf16", "bf16+ckpt+8bit")
+#: the TrainingArguments fields that may differ between the three set-ups; everything else must be equal
+SETUP_FIELDS = {
+    "bf16",
+    "optim",
+    "gradient_checkpointing",
+    "gradient_checkpointing_kwargs",
+    "activation_checkpointing",
+    "activation_checkpointing_kwargs",
+}
+#: fields that say where a run writes and logs, which the check changes for its own runs
+RUN_FIELDS = {"output_dir", "logging_dir", "max_steps", "report_to", "disable_tqdm", "run_name"}
+
+
+def tradeoff_model(seed: int = 0) -> nn.Module:
+    """The check's classifier: a 4-layer tiny Llama for sequence classification."""
+    config = tiny_llama_config(hidden_size=128, intermediate_size=344, num_hidden_layers=4)
+    return build_model(config, task="seq-cls", seed=seed)
+
+
+def tradeoff_data(n: int = 64, seq: int = 64, seed: int = 0):
+    from memlab.data import TensorDictDataset
+
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 2048, (n, seq), generator=generator)
+    return TensorDictDataset(
+        {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "labels": torch.randint(0, 2, (n,), generator=generator),
+        }
+    )
+
+
+@dataclasses.dataclass
+class Observed:
+    """What a set-up did inside a Trainer: the dtype of a Linear layer's output, forward calls of the first decoder
+    layer's MLP per optimizer step, the optimizer's class, and the dtypes of its state for one projection weight."""
+
+    linear_dtype: torch.dtype | None = None
+    layer_forwards_per_step: float = 0.0
+    optimizer: str = ""
+    weight_state_dtypes: tuple = ()
+    fp16: bool = False
+
+
+def observe_setup(args, steps: int = 2) -> Observed:
+    """Run `args` in a Trainer for `steps` optimizer steps on the check's model and data, and watch what it does."""
+    from transformers import Trainer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    model = tradeoff_model()
+    layer = model.model.layers[0]
+    proj = layer.mlp.down_proj
+    seen = Observed(fp16=bool(args.fp16))
+    calls = [0]
+
+    def count(module, inputs):
+        calls[0] += 1
+
+    def dtype_of(module, inputs, output):
+        seen.linear_dtype = output.dtype
+
+    # transformers checkpoints a decoder layer's `forward`, not its `__call__` (its hooks stay outside the
+    # checkpoint, transformers/modeling_layers.py): the recompute is seen from a module inside the layer
+    hooks = [layer.mlp.register_forward_pre_hook(count), proj.register_forward_hook(dtype_of)]
+    trainer = Trainer(model=model, args=args, train_dataset=tradeoff_data())
+    for callback in (PrinterCallback, ProgressCallback):  # the check's runs print nothing
+        trainer.remove_callback(callback)
+    try:
+        trainer.train()
+    finally:
+        for hook in hooks:
+            hook.remove()
+        forget_bnb_overrides()
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+    seen.optimizer = f"{type(optimizer).__module__}.{type(optimizer).__name__}"
+    state = optimizer.state.get(proj.weight, {})
+    seen.weight_state_dtypes = tuple(
+        sorted({str(v.dtype) for v in state.values() if isinstance(v, torch.Tensor) and v.numel() > 1})
+    )
+    seen.layer_forwards_per_step = calls[0] / steps
+    return seen
+
+
+def forget_bnb_overrides() -> int:
+    """Clear what `Trainer` registered in bitsandbytes' process-wide `GlobalOptimManager`; return how many modules it
+    held. With an 8-bit bitsandbytes optimizer, Trainer registers every `nn.Embedding` for 32-bit state
+    (`manager.register_module_override(module, "weight", {"optim_bits": 32})`, transformers/trainer.py). The manager
+    keeps a reference to each module (its memory is never freed) and records the override by the parameter's position
+    in the optimizer, `(group index, parameter index)`, so every later 8-bit optimizer in the process keeps 32-bit
+    state for whatever parameter sits at that position (bitsandbytes/optim/optimizer.py, `index2config`)."""
+    import sys
+
+    if "bitsandbytes" not in sys.modules:
+        return 0
+    manager = sys.modules["bitsandbytes"].optim.GlobalOptimManager.get_instance()
+    held = len(manager.module_weight_config_triple)
+    manager.initialize()
+    return held
+
+
+def _run_args(args, output_dir: str, steps: int):
+    """`args` with the run fields the check needs (its own folder, `steps` steps, no reports, no progress bar)."""
+    return dataclasses.replace(
+        args,
+        output_dir=output_dir,
+        max_steps=steps,
+        report_to="none",
+        disable_tqdm=True,
+        save_strategy="no",
+        logging_strategy="no",
+    )
+
+
+def _expect_setup(seen: Observed, setup: str) -> None:
+    case = setup
+    if seen.fp16:
+        raise CheckFailed(f"case {case}: fp16 is on; the set-ups use bf16 (no GradScaler needed) or fp32.")
+    want_bf16 = setup != "fp32"
+    if want_bf16 and seen.linear_dtype != torch.bfloat16:
+        raise CheckFailed(
+            f"case {case}: a Linear layer should compute in bfloat16 under the Trainer's autocast; it computed in "
+            f"{seen.linear_dtype}."
+        )
+    if not want_bf16 and seen.linear_dtype != torch.float32:
+        raise CheckFailed(
+            f"case {case}: the fp32 set-up should compute in float32; a Linear layer gave {seen.linear_dtype}."
+        )
+    want_recompute = setup == "bf16+ckpt+8bit"
+    if want_recompute and seen.layer_forwards_per_step < 2:
+        raise CheckFailed(
+            f"case {case}: with activation checkpointing each decoder layer runs its forward twice per step (once "
+            f"more in backward); it ran {seen.layer_forwards_per_step:g} time(s)."
+        )
+    if not want_recompute and seen.layer_forwards_per_step != 1:
+        raise CheckFailed(
+            f"case {case}: without checkpointing each decoder layer runs its forward once per step; it ran "
+            f"{seen.layer_forwards_per_step:g} times."
+        )
+    is_bnb = seen.optimizer.startswith("bitsandbytes.")
+    if setup == "bf16+ckpt+8bit":
+        if not is_bnb or "torch.uint8" not in seen.weight_state_dtypes:
+            raise CheckFailed(
+                f"case {case}: the optimizer should be bitsandbytes' 8-bit AdamW (its state in uint8); got "
+                f"{seen.optimizer} with state {list(seen.weight_state_dtypes)}."
+            )
+    elif is_bnb or not seen.optimizer.startswith("torch.optim."):
+        raise CheckFailed(
+            f"case {case}: this set-up should use torch's AdamW (32-bit state); got {seen.optimizer}."
+        )
+
+
+@check("e4_trade_off_args")
+def check_trade_off_args(trade_off_args) -> int:
+    from transformers import TrainingArguments
+
+    expect_callable(trade_off_args, "trade_off_args")
+    with tempfile.TemporaryDirectory() as folder:
+        made = {}
+        for setup in SETUPS:
+            args = call(trade_off_args, setup, folder, 2, case=setup)
+            expect_type(args, TrainingArguments, case=setup, what="the result")
+            made[setup] = args
+        base = made["fp32"].to_dict()
+        for setup in SETUPS[1:]:
+            other = made[setup].to_dict()
+            differ = sorted(k for k in base if k not in SETUP_FIELDS | RUN_FIELDS and base[k] != other.get(k))
+            if differ:
+                raise CheckFailed(
+                    f"case {setup}: only the set-up may change between the three runs (precision, checkpointing, "
+                    f"optimizer); these arguments differ from fp32's too: {differ}."
+                )
+        try:
+            call(trade_off_args, "fp16", folder, 2, case="an unknown set-up")
+        except CheckFailed as failure:
+            if "ValueError" not in str(failure):
+                raise
+        else:
+            raise CheckFailed('case an unknown set-up ("fp16"): should raise ValueError; it returned.')
+        needs_hardware(packages=("bitsandbytes",), passed="the three TrainingArguments were made")
+        for setup in SETUPS:
+            seen = observe_setup(_run_args(made[setup], folder, 2), steps=2)
+            _expect_setup(seen, setup)
+    return len(SETUPS) + 1

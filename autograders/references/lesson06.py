@@ -1,0 +1,81 @@
+"""Lesson 06's reference answers (grading only; see autograders/references/__init__.py).
+
+The checks of lesson 06 do not call them: they compare with what the tracker measured, with sleeps and queued work
+of known cost, and with what a Trainer is seen to do. They are the answers the tests (tests/test_autograders_lesson06.py,
+tests/test_drawn_cases.py) hold the checks against.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+
+import torch
+
+from autograders.references import announce
+from memlab.measure import CATEGORIES
+
+
+def time_step(fn, warmup: int = 2, repeats: int = 5, sync=None) -> tuple[float, float]:
+    """Mean and sample standard deviation of `repeats` calls of `fn` after `warmup` calls, the device synchronised
+    before the clock starts and before it stops (default: torch.cuda.synchronize when CUDA is available)."""
+    announce("lesson06.time_step")
+    if sync is None:
+        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.mean(times), (statistics.stdev(times) if len(times) > 1 else 0.0)
+
+
+def find_peak(events: list[dict]) -> dict:
+    """Replay an event log of memlab's tracker: the first event at which live bytes are highest, its operator, the
+    first mark after it and the live bytes by category there."""
+    announce("lesson06.find_peak")
+    live, by_category, sizes = 0, dict.fromkeys(CATEGORIES, 0), {}
+    best = None
+    for i, event in enumerate(events):
+        if event["action"] == "alloc":
+            sizes[event["addr"]] = (event["size"], event["category"])
+            live += event["size"]
+            by_category[event["category"]] += event["size"]
+            if best is None or live > best[1]:
+                best = (i, live, event["op"], dict(by_category))
+        elif event["action"] == "free":
+            size, category = sizes.pop(event["addr"])
+            live -= size
+            by_category[category] -= size
+    if best is None:
+        return {"phase": None, "op": None, "bytes": 0, "by_category": by_category}
+    index, peak, op, split = best
+    phase = next((e["name"] for e in events[index + 1 :] if e["action"] == "mark"), None)
+    return {"phase": phase, "op": op, "bytes": peak, "by_category": split}
+
+
+def largest_micro_batch(step, max_batch: int) -> int:
+    """Bisection for the largest micro-batch in 1..max_batch whose `step` runs; 0 if none does. Only
+    torch.OutOfMemoryError means "too big"; after one, the failed step's memory is given back."""
+    announce("lesson06.largest_micro_batch")
+    low, high = 0, max_batch  # low fits (0 trivially), everything above high is unknown or does not fit
+    while low < high:
+        mid = (low + high + 1) // 2
+        try:
+            step(mid)
+            fits = True
+        except torch.OutOfMemoryError:
+            fits = False
+        if fits:
+            low = mid
+        else:
+            high = mid - 1
+            if torch.cuda.is_available():  # the CPU frees by reference count at once
+                gc.collect()
+                torch.cuda.empty_cache()
+    return low
