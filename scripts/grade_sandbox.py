@@ -712,6 +712,9 @@ def main() -> None:
     import importlib
 
     import autograders.kit  # noqa: F401
+    import memlab.models  # noqa: F401  the toolkit too: importing transformers imports torch._dynamo, which wraps
+    # torch.manual_seed in place (torch/_dynamo/eval_frame.py); done here, a library's own patch is not a change
+    # made while grading (a lesson whose check module does not import transformers was flagged for it)
 
     for module in config.get("check_modules", ()):
         importlib.import_module(module)
