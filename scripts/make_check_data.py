@@ -78,7 +78,25 @@ def lesson05() -> dict:
     return {"zero_bytes_per_rank": {zero_key(*case): ranks for case, ranks in measured.items()}}
 
 
-MAKERS = {"lesson02": lesson02, "lesson03": lesson03, "lesson04": lesson04, "lesson05": lesson05}
+def lesson07() -> dict:
+    """The scales of the public DelayedScaler sequences, from Transformer Engine's recipe (the reference)."""
+    from autograders.lesson07 import E2_PUBLIC, e2_key, scales_of
+    from autograders.references.lesson07 import DelayedScaler
+
+    return {
+        "delayed_scaler": {
+            e2_key(name): [s.hex() for s in scales_of(DelayedScaler, *rest)] for name, *rest in E2_PUBLIC
+        }
+    }
+
+
+MAKERS = {
+    "lesson02": lesson02,
+    "lesson03": lesson03,
+    "lesson04": lesson04,
+    "lesson05": lesson05,
+    "lesson07": lesson07,
+}
 
 
 def main(argv=None) -> int:

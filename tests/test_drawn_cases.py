@@ -15,6 +15,7 @@ import test_autograders_lesson03 as l03
 import test_autograders_lesson04 as l04
 import test_autograders_lesson05 as l05
 import test_autograders_lesson06 as l06
+import test_autograders_lesson07 as l07
 
 import autograders.kit as kit
 from autograders.kit import CheckFailed
@@ -43,6 +44,8 @@ CHECKS = [
     (l05.check_zero_bytes_per_rank, l05.zero_bytes_per_rank),
     (l06.check_find_peak, l06.find_peak),
     (l06.check_time_step, l06.time_step),
+    (l07.check_delayed_scaler, l07.DelayedScaler),
+    (l07.check_quantize_mxfp8, l07.quantize_mxfp8),
 ]
 HARD_CODABLE = {
     "e2_adamw8bit_state_bytes",
@@ -58,6 +61,7 @@ HARD_CODABLE = {
     "e2_plan_checkpointing",
     "e3_zero_bytes_per_rank",
     "e1_find_peak",
+    "e3_quantize_mxfp8",
 }
 
 

@@ -1,0 +1,439 @@
+"""Checks for lesson 07 — FP8 training and what Transformer Engine does underneath.
+
+- `quantize_fp8` / `dequantize_fp8` (Exercise 7.1): properties, not a stored answer. The scale must be the task's
+  fp8_max / amax (amax over the finite values); every finite element must be the FP8 value nearest to x * scale
+  (an error of at most half the format's spacing there; ±fp8_max beyond the range), infinities saturate, NaN stays
+  NaN; dequantizing divides by the scale.
+- `DelayedScaler` (Exercise 7.2) is compared, update by update, with Transformer Engine's delayed-scaling recipe
+  (`_default_get_amax_and_update_history` and `_default_sf_compute` in transformer_engine/pytorch/quantization.py,
+  Transformer Engine 2.20.0.dev0, commit d0067d0): the public sequences' scales are stored
+  (autograders/data/lesson07.json, scripts/make_check_data.py), the drawn ones come from the grading reference
+  (autograders/references/lesson07.py). tests/gpu compares that reference with Transformer Engine itself.
+- `quantize_mxfp8` (Exercise 7.3): per 32-element block, the exponent must be the smallest power of two that keeps
+  the block's amax within E4M3's range (Transformer Engine's rounding up, `float_to_e8m0` in
+  transformer_engine/common/util/ptx_arch_spec.cuh), and every element the nearest E4M3 value of x / 2^e.
+- `fp8_matmul` (Exercise 7.4): its result is compared with the product of the dequantized FP8 operands; it must
+  dispatch `aten._scaled_mm` (seen by a dispatch mode). A CPU stage runs where torch has a CPU `_scaled_mm`; the
+  GPU stage needs compute capability 8.9 (FP8 tensor cores).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import numbers
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from autograders.kit import (
+    CheckFailed,
+    call,
+    check,
+    drawn,
+    expect_callable,
+    expect_close,
+    expect_type,
+    grading_rng,
+    how_far,
+    needs_hardware,
+    references,
+)
+from memlab.formats import get_format
+
+DATA = Path(__file__).resolve().parent / "data" / "lesson07.json"
+FP8 = {"e4m3": ("fp8_e4m3", torch.float8_e4m3fn, 448.0), "e5m2": ("fp8_e5m2", torch.float8_e5m2, 57344.0)}
+FP32_MAX = torch.finfo(torch.float32).max
+
+
+@functools.cache
+def stored() -> dict:
+    return json.loads(DATA.read_text())
+
+
+def spacing(target: torch.Tensor, fmt: str) -> torch.Tensor:
+    """The distance between neighbouring values of the FP8 format around each |target| (float64)."""
+    layout = get_format(FP8[fmt][0])
+    emin = 1 - layout.bias
+    t = target.double().abs()
+    exponent = torch.floor(torch.log2(t.clamp_min(2.0**emin)))
+    return torch.exp2(exponent - layout.mantissa_bits)
+
+
+def expect_nearest(q: torch.Tensor, target: torch.Tensor, fmt: str, *, case: str, what: str) -> None:
+    """Every finite `target` went to the nearest value of the format (±max beyond the range): |q - t| <= spacing/2."""
+    fp8_max = FP8[fmt][2]
+    q, target = q.double(), target.double()
+    finite = torch.isfinite(target)
+    clamped = target.clamp(-fp8_max, fp8_max)
+    error = (q - clamped).abs()
+    bound = spacing(clamped, fmt) / 2
+    bad = finite & ~(error <= bound)
+    if bad.any():
+        i = int(bad.flatten().nonzero()[0])
+        raise CheckFailed(
+            f"case {case}: {what}: element {i} is not the FP8 value nearest to x * scale (clamped to ±{fp8_max:g}): "
+            f"you got {q.flatten()[i].item():.6g}, {error.flatten()[i].item():.3g} away, more than half the format's "
+            f"spacing there ({bound.flatten()[i].item():.3g})."
+        )
+
+
+# ---- e1: quantize_fp8 / dequantize_fp8 ---------------------------------------------------------------------------
+
+
+def _e1_cases(rng=None) -> list[tuple[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(7)
+    special = torch.randn(64, generator=g) * 5
+    special[[3, 17, 40]] = torch.tensor([float("inf"), float("-inf"), float("nan")])
+    cases = [
+        ("activations, N(0, 3^2), 32 x 64", torch.randn(32, 64, generator=g) * 3),
+        ("gradients around 1e-6", torch.randn(32, 64, generator=g) * 1e-6),
+        ("huge values around 1e30", torch.randn(16, 16, generator=g) * 1e30),
+        ("all zeros", torch.zeros(8, 8)),
+        ("with +inf, -inf and NaN", special),
+        ("amax below float32's normal range (1e-40)", torch.tensor([1e-40, -5e-41, 0.0])),
+        ("one outlier 1e4 among N(0, 1)", torch.cat([torch.randn(255, generator=g), torch.tensor([1e4])])),
+        ("bf16 input", (torch.randn(16, 32, generator=g) * 20).bfloat16()),
+    ]
+    if rng is not None:
+        for i in range(3):
+            magnitude = 10.0 ** rng.uniform(-8, 8)
+            shape = (rng.randint(1, 40), rng.randint(1, 40))
+            gen = torch.Generator().manual_seed(rng.randrange(2**31))
+            cases.append(
+                (
+                    drawn(i, f"{shape[0]} x {shape[1]}, scale {magnitude:.2g}"),
+                    torch.randn(*shape, generator=gen) * magnitude,
+                )
+            )
+    return cases
+
+
+def expected_scale(x: torch.Tensor, fp8_max: float) -> float:
+    """The task's scale: fp8_max / amax in float32, amax over the finite values (1.0 when there are none, or all are
+    0); a scale beyond float32's range is float32's largest value."""
+    finite = x.float()[torch.isfinite(x.float())]
+    amax = finite.abs().max() if finite.numel() else torch.tensor(0.0)
+    if amax == 0:
+        return 1.0
+    scale = torch.tensor(fp8_max, dtype=torch.float32) / amax.float()
+    return FP32_MAX if torch.isinf(scale) else float(scale)
+
+
+@check("e1_quantize_fp8")
+def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
+    expect_callable(quantize_fp8, "quantize_fp8")
+    expect_callable(dequantize_fp8, "dequantize_fp8")
+    n = 0
+    for fmt, (_, dtype, fp8_max) in FP8.items():
+        for name, x in _e1_cases(grading_rng(f"e1_quantize_fp8/{fmt}")):
+            case = f"{fmt}, {name}"
+            result = call(quantize_fp8, x.clone(), fmt, case=case)
+            expect_type(result, tuple, case=case, what="the result")
+            if len(result) != 2:
+                raise CheckFailed(
+                    f"case {case}: the result should be a pair (x_fp8, scale); got {len(result)} items."
+                )
+            q, scale = result
+            expect_type(q, torch.Tensor, case=case, what="x_fp8")
+            if q.dtype != dtype or q.shape != x.shape:
+                raise CheckFailed(
+                    f"case {case}: x_fp8 should be a {dtype} tensor of shape {tuple(x.shape)}; got {q.dtype} "
+                    f"{tuple(q.shape)}."
+                )
+            expect_type(scale, torch.Tensor, case=case, what="scale")
+            if scale.dtype != torch.float32 or scale.numel() != 1:
+                raise CheckFailed(
+                    f"case {case}: scale should be a float32 tensor with one value; got {scale.dtype} {tuple(scale.shape)}."
+                )
+            expect_close(
+                float(scale), expected_scale(x, fp8_max), case=case, what="scale", rtol=1e-6, reveal=False
+            )
+            xf = x.float()
+            target = xf * scale.float()
+            expect_nearest(q.float(), target, fmt, case=case, what="x_fp8")
+            qf = q.float()
+            for where, want in ((xf == float("inf"), fp8_max), (xf == float("-inf"), -fp8_max)):
+                if where.any() and not (qf[where] == want).all():
+                    raise CheckFailed(
+                        f"case {case}: an infinite x should saturate to {want:g}; got {qf[where].tolist()}."
+                    )
+            if torch.isnan(xf).any() and not torch.isnan(qf[torch.isnan(xf)]).all():
+                raise CheckFailed(f"case {case}: a NaN should stay NaN; got {qf[torch.isnan(xf)].tolist()}.")
+            back = call(dequantize_fp8, q, scale, case=f"{case} (dequantize)")
+            expect_type(back, torch.Tensor, case=case, what="dequantize_fp8's result")
+            if back.dtype != torch.float32 or back.shape != x.shape:
+                raise CheckFailed(
+                    f"case {case}: dequantize_fp8 should return float32 of shape {tuple(x.shape)}; got {back.dtype} {tuple(back.shape)}."
+                )
+            want = qf / scale.float()
+            ok = torch.isclose(back, want, rtol=1e-6, atol=0.0, equal_nan=True)
+            if not ok.all():
+                i = int((~ok).flatten().nonzero()[0])
+                raise CheckFailed(
+                    f"case {case}: dequantize_fp8(x_fp8, scale) should be x_fp8 / scale in float32: element {i} is "
+                    f"{how_far(back.flatten()[i].item(), want.flatten()[i].item())}."
+                )
+            n += 1
+    return n
+
+
+# ---- e2: DelayedScaler -------------------------------------------------------------------------------------------
+
+#: (name, fmt, amax_history_len, amax_compute_algo, margin, amaxes)
+E2_PUBLIC = [
+    (
+        "growing activations, max over 4",
+        "e4m3",
+        4,
+        "max",
+        0,
+        [1.0, 2.0, 4.0, 8.0, 16.0, 3.0, 2.0, 1.0, 1.0, 1.0],
+    ),
+    ("one spike, max over 3 (it ages out)", "e4m3", 3, "max", 0, [2.0, 2.0, 100.0, 2.0, 2.0, 2.0, 2.0, 2.0]),
+    ("one spike, most_recent", "e4m3", 3, "most_recent", 0, [2.0, 2.0, 100.0, 2.0, 2.0, 2.0]),
+    ("margin 2", "e4m3", 2, "max", 2, [3.0, 5.0, 0.5, 0.5]),
+    ("gradients in E5M2", "e5m2", 4, "max", 0, [1e-4, 3e-4, 2e-5, 7e-5, 1e-5, 1e-5]),
+    ("an amax of 0 keeps the scale", "e4m3", 1, "max", 0, [4.0, 0.0, 0.0, 8.0]),
+    ("inf and NaN keep the scale", "e4m3", 1, "most_recent", 0, [4.0, float("inf"), float("nan"), 2.0]),
+    ("an amax too small for float32's scale", "e4m3", 1, "max", 0, [1e-38, 1e-40, 1.0]),
+    ("history of 1", "e5m2", 1, "max", 1, [10.0, 1.0, 1000.0]),
+]
+
+
+def _e2_drawn(rng) -> list:
+    cases = []
+    for i in range(3):
+        fmt = rng.choice(["e4m3", "e5m2"])
+        length, algo, margin = rng.randint(1, 6), rng.choice(["max", "most_recent"]), rng.randint(0, 3)
+        amaxes = [
+            10.0 ** rng.uniform(-6, 4) if rng.random() > 0.1 else 0.0 for _ in range(rng.randint(4, 12))
+        ]
+        desc = f"{fmt}, history {length}, {algo}, margin {margin}, {len(amaxes)} steps"
+        cases.append((drawn(i, desc), fmt, length, algo, margin, amaxes))
+    return cases
+
+
+def e2_key(name: str) -> str:
+    return name
+
+
+@check("e2_delayed_scaler")
+def check_delayed_scaler(DelayedScaler) -> int:  # noqa: N803 - the learner's class
+    expect_callable(DelayedScaler, "DelayedScaler")
+    cases = [
+        (name, fmt, length, algo, margin, amaxes, None)
+        for name, fmt, length, algo, margin, amaxes in E2_PUBLIC
+    ]
+    rng = grading_rng("e2_delayed_scaler")
+    if rng is not None:
+        reference = references("lesson07").DelayedScaler
+        for name, fmt, length, algo, margin, amaxes in _e2_drawn(rng):
+            cases.append(
+                (
+                    name,
+                    fmt,
+                    length,
+                    algo,
+                    margin,
+                    amaxes,
+                    scales_of(reference, fmt, length, algo, margin, amaxes),
+                )
+            )
+    for name, fmt, length, algo, margin, amaxes, expected in cases:
+        if expected is None:
+            expected = [float.fromhex(h) for h in stored()["delayed_scaler"][e2_key(name)]]
+        case = f"{name} ({fmt}, amax_history_len={length}, {algo!r}, margin={margin})"
+        scaler = call(
+            DelayedScaler, fmt, amax_history_len=length, amax_compute_algo=algo, margin=margin, case=case
+        )
+        got = _scale(scaler, case, "before any update")
+        expect_close(
+            got, expected[0], case=case, what="the scale before the first update", rtol=1e-6, reveal=False
+        )
+        for step, amax in enumerate(amaxes, start=1):
+            call(scaler.update, amax, case=f"{case}, update({amax:g})")
+            got = _scale(scaler, case, f"after update {step}")
+            expect_close(
+                got,
+                expected[step],
+                case=case,
+                what=f"the scale after update {step} (amax {amax:g})",
+                rtol=1e-6,
+                reveal=False,
+            )
+    return len(cases)
+
+
+def _scale(scaler, case: str, when: str) -> float:
+    value = getattr(scaler, "scale", None)
+    if isinstance(value, torch.Tensor):
+        value = float(value)
+    expect_type(value, numbers.Real, case=case, what=f"`scale` {when}")
+    return float(value)
+
+
+def scales_of(scaler_class, fmt, length, algo, margin, amaxes) -> list[float]:
+    """The scale before any update and after each one, of a DelayedScaler class."""
+    scaler = scaler_class(fmt, amax_history_len=length, amax_compute_algo=algo, margin=margin)
+    scales = [float(scaler.scale)]
+    for amax in amaxes:
+        scaler.update(amax)
+        scales.append(float(scaler.scale))
+    return scales
+
+
+# ---- e3: quantize_mxfp8 ------------------------------------------------------------------------------------------
+
+BLOCK = 32
+
+
+def _e3_cases(rng=None) -> list[tuple[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(11)
+    outliers = torch.randn(4, 128, generator=g)
+    outliers[:, 5] = 300.0
+    outliers[2, 70] = -5e4
+    mixed = torch.randn(2, 96, generator=g) * torch.logspace(-6, 6, 96)
+    cases = [
+        ("N(0, 1), 8 x 64", torch.randn(8, 64, generator=g)),
+        ("an outlier in some blocks", outliers),
+        ("blocks 12 orders of magnitude apart", mixed),
+        ("a block of zeros", torch.cat([torch.zeros(1, 32), torch.randn(1, 32, generator=g)], dim=1)),
+        ("exact powers of two times 448", torch.tensor([[448.0 * 2.0**k for k in range(-16, 16)]])),
+        ("3-d activations (2, 3, 64)", torch.randn(2, 3, 64, generator=g) * 7),
+    ]
+    if rng is not None:
+        for i in range(3):
+            rows, blocks = rng.randint(1, 6), rng.randint(1, 5)
+            gen = torch.Generator().manual_seed(rng.randrange(2**31))
+            x = torch.randn(rows, blocks * BLOCK, generator=gen) * 10.0 ** rng.uniform(-5, 5)
+            cases.append((drawn(i, f"{rows} x {blocks * BLOCK}"), x))
+    return cases
+
+
+@check("e3_quantize_mxfp8")
+def check_quantize_mxfp8(quantize_mxfp8) -> int:
+    expect_callable(quantize_mxfp8, "quantize_mxfp8")
+    cases = _e3_cases(grading_rng("e3_quantize_mxfp8"))
+    for case, x in cases:
+        result = call(quantize_mxfp8, x.clone(), case=case)
+        expect_type(result, tuple, case=case, what="the result")
+        if len(result) != 2:
+            raise CheckFailed(
+                f"case {case}: the result should be a pair (x_fp8, exponents); got {len(result)} items."
+            )
+        q, e = result
+        expect_type(q, torch.Tensor, case=case, what="x_fp8")
+        expect_type(e, torch.Tensor, case=case, what="exponents")
+        blocks_shape = (*x.shape[:-1], x.shape[-1] // BLOCK)
+        if q.dtype != torch.float8_e4m3fn or q.shape != x.shape:
+            raise CheckFailed(
+                f"case {case}: x_fp8 should be float8_e4m3fn of shape {tuple(x.shape)}; got {q.dtype} {tuple(q.shape)}."
+            )
+        if e.is_floating_point() or tuple(e.shape) != blocks_shape:
+            raise CheckFailed(
+                f"case {case}: exponents should be an integer tensor of shape {blocks_shape} (one per 32 values); "
+                f"got {e.dtype} {tuple(e.shape)}."
+            )
+        blocks = x.float().reshape(*blocks_shape, BLOCK)
+        amax = blocks.abs().amax(-1)
+        e64 = e.long()
+        nonzero = amax > 0
+        fits = (amax <= 448.0 * torch.exp2(e64.double())) | ~nonzero
+        smallest = (amax > 448.0 * torch.exp2(e64.double() - 1)) | ~nonzero
+        zero_ok = (e64 == -127) | nonzero
+        for ok, rule in (
+            (fits, "2^e must keep the block's amax within E4M3's range (amax / 2^e <= 448)"),
+            (
+                smallest,
+                "e must be the smallest such exponent (2^(e-1) would not keep amax / 2^(e-1) within 448)",
+            ),
+            (
+                zero_ok,
+                "an all-zero block gets the exponent -127 (the E8M0 byte 0, as Transformer Engine writes it)",
+            ),
+        ):
+            if not ok.all():
+                i = int((~ok).flatten().nonzero()[0])
+                raise CheckFailed(f"case {case}: block {i}: {rule}; got e = {int(e64.flatten()[i])}.")
+        target = blocks / torch.exp2(e64.float()).unsqueeze(-1)
+        expect_nearest(q.float().reshape(*blocks_shape, BLOCK), target, "e4m3", case=case, what="x_fp8")
+    return len(cases)
+
+
+# ---- e4: fp8_matmul ----------------------------------------------------------------------------------------------
+
+
+class _SeenOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(str(func.overloadpacket.__name__))
+        return func(*args, **(kwargs or {}))
+
+
+def _e4_cases(device: str) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(3)
+    sizes = [("64 x 128 @ 128 x 96", 64, 128, 96), ("16 x 256 @ 256 x 32, values around 1e-3", 16, 256, 32)]
+    if device == "cuda":
+        sizes.append(("1024 x 1024 @ 1024 x 2048", 1024, 1024, 2048))
+    cases = []
+    for name, m, k, n in sizes:
+        a = torch.randn(m, k, generator=g)
+        b = torch.randn(k, n, generator=g)
+        if "1e-3" in name:
+            a, b = a * 1e-3, b * 1e-3
+        cases.append((f"{name} ({device})", a.to(device, torch.bfloat16), b.to(device, torch.bfloat16)))
+    return cases
+
+
+def cpu_scaled_mm_works() -> bool:
+    a = torch.ones(16, 16).to(torch.float8_e4m3fn)
+    try:
+        torch._scaled_mm(
+            a, a.t(), scale_a=torch.tensor(1.0), scale_b=torch.tensor(1.0), out_dtype=torch.float32
+        )
+        return True
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+def run_fp8_matmul_cases(fp8_matmul, device: str) -> int:
+    cases = _e4_cases(device)
+    for case, a, b in cases:
+        seen = _SeenOps()
+        with seen:
+            out = call(fp8_matmul, a, b, case=case)
+        expect_type(out, torch.Tensor, case=case, what="the result")
+        if out.dtype != torch.bfloat16 or tuple(out.shape) != (a.shape[0], b.shape[1]):
+            raise CheckFailed(
+                f"case {case}: the result should be bfloat16 of shape {(a.shape[0], b.shape[1])}; got {out.dtype} {tuple(out.shape)}."
+            )
+        if "_scaled_mm" not in seen.ops:
+            raise CheckFailed(
+                f"case {case}: the product should run as one FP8 GEMM, torch._scaled_mm; it was not called."
+            )
+        exact = a.double() @ b.double()
+        error = (out.double() - exact).norm() / exact.norm()
+        # two E4M3 operands (3 mantissa bits: relative rounding <= 2^-4 each) over k random terms: about 4% in norm
+        expect_close(
+            float(error), 0.0, case=case, what="the relative error against the exact product", atol=0.08
+        )
+    return len(cases)
+
+
+@check("e4_fp8_matmul")
+def check_fp8_matmul(fp8_matmul) -> int:
+    expect_callable(fp8_matmul, "fp8_matmul")
+    n = 0
+    if cpu_scaled_mm_works():
+        n += run_fp8_matmul_cases(fp8_matmul, "cpu")
+    needs_hardware(
+        cuda=True,
+        min_capability=(8, 9),
+        passed=f"{n} CPU cases of torch._scaled_mm" if n else "nothing (this torch has no CPU _scaled_mm)",
+    )
+    return n + run_fp8_matmul_cases(fp8_matmul, "cuda")

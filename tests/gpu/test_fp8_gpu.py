@@ -1,0 +1,115 @@
+"""On a real GPU: lesson 07's FP8 GEMM exercise, the FP8 / bf16 GEMM sweep, and the DelayedScaler reference against
+Transformer Engine itself.
+
+- `check_fp8_matmul` with the grading reference, on a GPU with compute capability >= 8.9.
+- `torch._scaled_mm` (E4M3 operands, per-tensor scales) against bf16 `@` for square GEMMs 1024..16384: TFLOP/s of
+  each, to results/<gpu-name>.json ("fp8_gemm_sweep").
+- Where transformer_engine is installed: a `te.Linear` run under TE's own `DelayedScaling` recipe with inputs of
+  chosen amax, its input scale read after every step (`fp8_meta["scaling_fwd"].scale[0]`) and compared with
+  `autograders.references.lesson07.DelayedScaler` fed the same amaxes ("te_delayed_scaling_vs_reference").
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autograders.lesson07 import E2_PUBLIC, check_fp8_matmul
+from autograders.references import lesson07 as ref
+
+fp8_gpu = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
+    reason="needs compute capability >= 8.9 (FP8 tensor cores)",
+)
+
+
+@fp8_gpu
+def test_the_fp8_matmul_check_passes_the_reference_on_the_gpu(capsys):
+    check_fp8_matmul(ref.fp8_matmul)
+    assert "✓ e4_fp8_matmul" in capsys.readouterr().out
+
+
+def _ms(fn, warmup=3, repeats=10) -> float:
+    for _ in range(warmup):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(repeats):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / repeats
+
+
+@fp8_gpu
+def test_fp8_gemm_against_bf16(gpu_results):
+    sweep = {}
+    for n in (1024, 2048, 4096, 8192, 16384):
+        a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        qa, sa = ref.quantize_fp8(a, "e4m3")
+        qb, sb = ref.quantize_fp8(b.t().contiguous(), "e4m3")
+        inv_a, inv_b = (1 / sa).float(), (1 / sb).float()
+        t_bf16 = _ms(lambda a=a, b=b: a @ b)
+        t_fp8 = _ms(
+            lambda qa=qa, qb=qb, inv_a=inv_a, inv_b=inv_b: torch._scaled_mm(
+                qa, qb.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16
+            )
+        )
+        t_full = _ms(lambda a=a, b=b: ref.fp8_matmul(a, b))
+        flops = 2 * n**3
+        sweep[str(n)] = {
+            "bf16_tflops": flops / t_bf16 / 1e9,
+            "fp8_gemm_tflops": flops / t_fp8 / 1e9,
+            "fp8_with_quantize_tflops": flops / t_full / 1e9,
+            "ms": {"bf16": t_bf16, "fp8_gemm": t_fp8, "fp8_with_quantize": t_full},
+        }
+        del a, b, qa, qb
+        torch.cuda.empty_cache()
+    gpu_results["fp8_gemm_sweep"] = sweep
+    assert sweep["16384"]["fp8_gemm_tflops"] > sweep["16384"]["bf16_tflops"]
+
+
+def test_transformer_engine_delayed_scaling_matches_the_reference(gpu_results):
+    te = pytest.importorskip("transformer_engine.pytorch")
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("TE's FP8 needs compute capability >= 8.9")
+    from transformer_engine.common.recipe import DelayedScaling, Format
+
+    compared = {}
+    for name, fmt, length, algo, margin, amaxes in E2_PUBLIC:
+        if fmt != "e4m3" or any(not (1e-6 < a < 1e6) for a in amaxes):
+            continue  # the forward input is E4M3 under HYBRID; 0 / inf / NaN / tiny amaxes are the CPU check's
+        recipe = DelayedScaling(
+            fp8_format=Format.HYBRID, amax_history_len=length, amax_compute_algo=algo, margin=margin
+        )
+        lin = te.Linear(64, 64, params_dtype=torch.bfloat16).cuda()
+        te_scales = []
+        for amax in amaxes:
+            x = torch.randn(32, 64, device="cuda", dtype=torch.bfloat16)
+            x = (x / x.abs().max() * amax).to(torch.bfloat16)
+            context = (
+                te.autocast(enabled=True, recipe=recipe)
+                if hasattr(te, "autocast")
+                else te.fp8_autocast(enabled=True, fp8_recipe=recipe)
+            )
+            with context:
+                lin(x)
+            te_scales.append(float(lin.fp8_meta["scaling_fwd"].scale[0]))
+        observed = [
+            float(torch.tensor(a, dtype=torch.bfloat16)) for a in amaxes
+        ]  # the amax of the bf16 input
+        expected = ref_scales(fmt, length, algo, margin, observed)
+        compared[name] = {"te": te_scales, "reference": expected}
+        torch.testing.assert_close(torch.tensor(te_scales), torch.tensor(expected), rtol=1e-6, atol=0)
+    gpu_results["te_delayed_scaling_vs_reference"] = compared
+
+
+def ref_scales(fmt, length, algo, margin, amaxes):
+    scaler = ref.DelayedScaler(fmt, amax_history_len=length, amax_compute_algo=algo, margin=margin)
+    scales = []
+    for amax in amaxes:
+        scaler.update(amax)
+        scales.append(scaler.scale)
+    return scales

@@ -1,0 +1,334 @@
+"""Lesson 07's checks pass the solution and fail realistic wrong answers with a helpful message.
+
+The right answers are copied from the solution cells of
+solutions/07-fp8-transformer-engine/07-fp8-transformer-engine.ipynb; the grading references
+(autograders/references/lesson07.py, Transformer Engine's recipe as its source reads) must pass too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from check_helpers import failure
+
+from autograders.kit import CheckFailed
+from autograders.lesson07 import (
+    E2_PUBLIC,
+    check_delayed_scaler,
+    check_fp8_matmul,
+    check_quantize_fp8,
+    check_quantize_mxfp8,
+    cpu_scaled_mm_works,
+    scales_of,
+    stored,
+)
+from autograders.references import lesson07 as ref
+
+pytestmark = pytest.mark.usefixtures("learner_mode")
+
+FP8_DTYPES = {"e4m3": (torch.float8_e4m3fn, 448.0), "e5m2": (torch.float8_e5m2, 57344.0)}
+
+# ---- the solutions (copied from the solution cells) ---------------------------------------------------------
+
+
+def quantize_fp8(x: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    dtype, fp8_max = FP8_DTYPES[fmt]
+    x = x.float()
+    finite = x[torch.isfinite(x)]
+    amax = finite.abs().max() if finite.numel() else torch.tensor(0.0, device=x.device)
+    if amax > 0:
+        scale = torch.tensor(fp8_max, dtype=torch.float32, device=x.device) / amax
+        if torch.isinf(scale):
+            scale = torch.tensor(torch.finfo(torch.float32).max, device=x.device)
+    else:
+        scale = torch.tensor(1.0, device=x.device)
+    return (x * scale).clamp(-fp8_max, fp8_max).to(dtype), scale
+
+
+def dequantize_fp8(x_fp8: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return x_fp8.float() / scale
+
+
+class DelayedScaler:
+    def __init__(
+        self, fmt: str, amax_history_len: int = 1024, amax_compute_algo: str = "max", margin: int = 0
+    ):
+        self.fp8_max = FP8_DTYPES[fmt][1]
+        self.algo, self.margin = amax_compute_algo, margin
+        self.history = torch.zeros(amax_history_len, dtype=torch.float32)
+        self.scale = 1.0
+
+    def update(self, amax: float) -> None:
+        self.history[0] = amax
+        amax = self.history.max() if self.algo == "max" else self.history[0].clone()
+        self.history = torch.roll(self.history, -1, 0)
+        self.history[0] = 0.0
+        if amax > 0 and torch.isfinite(amax):
+            sf = torch.tensor(self.fp8_max, dtype=torch.float32) / amax / 2**self.margin
+            self.scale = torch.finfo(torch.float32).max if torch.isinf(sf) else float(sf)
+
+
+def quantize_mxfp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    blocks = x.float().reshape(*x.shape[:-1], x.shape[-1] // 32, 32)
+    amax = blocks.abs().amax(-1)
+    e = torch.ceil(torch.log2(amax / 448.0))
+    e = torch.where(amax > 0, e, torch.full_like(e, -127)).to(torch.int32)
+    q = (blocks / torch.exp2(e.float()).unsqueeze(-1)).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return q.reshape(x.shape), e
+
+
+def fp8_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    qa, sa = quantize_fp8(a, "e4m3")
+    qb, sb = quantize_fp8(b.t().contiguous(), "e4m3")
+    one = torch.ones((), device=a.device)
+    return torch._scaled_mm(
+        qa, qb.t(), scale_a=(one / sa).float(), scale_b=(one / sb).float(), out_dtype=torch.bfloat16
+    )
+
+
+def stub(*args, **kwargs):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+needs_cpu_scaled_mm = pytest.mark.skipif(not cpu_scaled_mm_works(), reason="this torch has no CPU _scaled_mm")
+
+# ---- right answers pass, stubs fail ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("run", "line"),
+    [
+        (lambda: check_quantize_fp8(quantize_fp8, dequantize_fp8), "✓ e1_quantize_fp8: 16 cases passed"),
+        (
+            lambda: check_quantize_fp8(ref.quantize_fp8, ref.dequantize_fp8),
+            "✓ e1_quantize_fp8: 16 cases passed",
+        ),
+        (lambda: check_delayed_scaler(DelayedScaler), "✓ e2_delayed_scaler: 9 cases passed"),
+        (lambda: check_delayed_scaler(ref.DelayedScaler), "✓ e2_delayed_scaler: 9 cases passed"),
+        (lambda: check_quantize_mxfp8(quantize_mxfp8), "✓ e3_quantize_mxfp8: 6 cases passed"),
+        (lambda: check_quantize_mxfp8(ref.quantize_mxfp8), "✓ e3_quantize_mxfp8: 6 cases passed"),
+    ],
+    ids=["e1", "e1-reference", "e2", "e2-reference", "e3", "e3-reference"],
+)
+def test_right_answers_pass(run, line, capsys):
+    assert run() is None
+    assert capsys.readouterr().out.splitlines() == [line]
+
+
+@needs_cpu_scaled_mm
+@pytest.mark.parametrize("answer", [fp8_matmul, ref.fp8_matmul], ids=["e4", "e4-reference"])
+def test_e4_passes_what_a_cpu_can_check(answer, capsys, no_gpu):
+    assert check_fp8_matmul(answer) is None
+    out = capsys.readouterr().out
+    assert out.startswith("e4_fp8_matmul: NOT CHECKED HERE: needs a CUDA GPU (compute capability >= 8.9)")
+    assert "2 CPU cases" in out
+
+
+NOT_WRITTEN = (
+    "( case [^:]*: your function raised NotImplementedError: it is not written yet| `.*` is not written yet: "
+)
+NOT_WRITTEN += "it still raises NotImplementedError)\\.$"
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        lambda: check_quantize_fp8(stub, stub),
+        lambda: check_quantize_fp8(quantize_fp8, stub),
+        lambda: check_delayed_scaler(type("DelayedScaler", (), {"__init__": stub, "update": stub})),
+        lambda: check_quantize_mxfp8(stub),
+        lambda: check_fp8_matmul(stub),
+    ],
+    ids=["e1", "e1-dequantize", "e2", "e3", "e4"],
+)
+def test_the_learner_stubs_fail_as_not_written_yet(run):
+    with pytest.raises(CheckFailed, match=NOT_WRITTEN):
+        run()
+
+
+def test_e1_under_strict_grading_draws_three_tensors_per_format(monkeypatch, capsys):
+    import autograders.kit as kit
+
+    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.setattr(kit, "_SEED", 11)
+    assert check_quantize_fp8(quantize_fp8, dequantize_fp8) is None
+    assert capsys.readouterr().out.strip() == "✓ e1_quantize_fp8: 22 cases passed"
+
+
+def test_the_stored_scales_are_the_references():
+    for name, *rest in E2_PUBLIC:
+        assert [s.hex() for s in scales_of(ref.DelayedScaler, *rest)] == stored()["delayed_scaler"][name]
+
+
+# ---- e1 ----------------------------------------------------------------------------------------------------------
+
+
+def test_e1_no_scale_fails():
+    def unscaled(x, fmt):
+        dtype, fp8_max = FP8_DTYPES[fmt]
+        return x.float().clamp(-fp8_max, fp8_max).to(dtype), torch.tensor(1.0)
+
+    message = failure(lambda f: check_quantize_fp8(f, dequantize_fp8), unscaled)
+    assert "scale is too low" in message and "case e4m3, activations" in message
+
+
+def test_e1_an_amax_that_counts_infinities_fails():
+    def inf_amax(x, fmt):
+        dtype, fp8_max = FP8_DTYPES[fmt]
+        amax = x.float().abs().max()
+        scale = torch.tensor(fp8_max) / amax if amax > 0 else torch.tensor(1.0)
+        return (x.float() * scale).clamp(-fp8_max, fp8_max).to(dtype), scale.float()
+
+    message = failure(lambda f: check_quantize_fp8(f, dequantize_fp8), inf_amax)
+    assert "case e4m3, with +inf, -inf and NaN" in message
+
+
+def test_e1_casting_without_clamping_fails_on_e5m2_infinity():
+    def no_clamp(x, fmt):
+        dtype, fp8_max = FP8_DTYPES[fmt]
+        q, scale = quantize_fp8(x, fmt)
+        return (x.float() * scale).to(dtype), scale
+
+    message = failure(lambda f: check_quantize_fp8(f, dequantize_fp8), no_clamp)
+    assert "e5m2, with +inf, -inf and NaN" in message and "saturate" in message
+
+
+def test_e1_a_dequantize_that_multiplies_fails():
+    message = failure(lambda f: check_quantize_fp8(quantize_fp8, f), lambda q, s: q.float() * s)
+    assert "dequantize_fp8(x_fp8, scale) should be x_fp8 / scale" in message
+
+
+def test_e1_truncation_instead_of_rounding_fails():
+    def truncate(x, fmt):
+        q, scale = quantize_fp8(x, fmt)
+        target = (x.float() * scale).clamp(-FP8_DTYPES[fmt][1], FP8_DTYPES[fmt][1])
+        down = q.float().abs() > target.abs()  # rounded away from zero: step one value towards zero instead
+        bits = q.view(torch.uint8).clone()
+        bits[down & (q.float() != 0)] -= 1
+        return bits.view(q.dtype), scale
+
+    message = failure(lambda f: check_quantize_fp8(f, dequantize_fp8), truncate)
+    assert "is not the FP8 value nearest to x * scale" in message
+
+
+# ---- e2 ----------------------------------------------------------------------------------------------------------
+
+
+def test_e2_a_scale_from_the_previous_steps_only_fails():
+    class PreviousOnly(DelayedScaler):  # reads the history before writing this step's amax into it
+        def update(self, amax):
+            window = self.history.max() if self.algo == "max" else self.history[-1].clone()
+            self.history = torch.roll(self.history, -1, 0)
+            self.history[-1] = amax
+            if window > 0 and torch.isfinite(window):
+                self.scale = float(torch.tensor(self.fp8_max) / window / 2**self.margin)
+
+    message = failure(check_delayed_scaler, PreviousOnly)
+    assert "case growing activations, max over 4" in message and "after update 1" in message
+
+
+def test_e2_current_scaling_instead_of_delayed_fails():
+    class Current(DelayedScaler):
+        def update(self, amax):
+            if amax > 0 and amax != float("inf") and amax == amax:
+                self.scale = self.fp8_max / amax / 2**self.margin
+
+    message = failure(check_delayed_scaler, Current)
+    assert "case growing activations, max over 4" in message and "after update 6" in message
+
+
+def test_e2_resetting_on_a_zero_amax_fails():
+    class ResetOnZero(DelayedScaler):
+        def update(self, amax):
+            super().update(amax)
+            if amax == 0:
+                self.scale = 1.0
+
+    assert "case an amax of 0 keeps the scale" in failure(check_delayed_scaler, ResetOnZero)
+
+
+def test_e2_a_float64_scale_that_never_overflows_fails():
+    class Float64(DelayedScaler):
+        def update(self, amax):
+            self.history[0] = amax
+            window = float(self.history.max() if self.algo == "max" else self.history[0])
+            self.history = torch.roll(self.history, -1, 0)
+            self.history[0] = 0.0
+            if window > 0 and window != float("inf"):
+                self.scale = self.fp8_max / window / 2**self.margin  # 448 / 1e-38 = 4.5e40: no float32 limit
+
+    assert "case an amax too small for float32's scale" in failure(check_delayed_scaler, Float64)
+
+
+def test_e2_ignoring_the_margin_fails():
+    class NoMargin(DelayedScaler):
+        def __init__(self, fmt, amax_history_len=1024, amax_compute_algo="max", margin=0):
+            super().__init__(fmt, amax_history_len, amax_compute_algo, 0)
+
+    assert "case margin 2" in failure(check_delayed_scaler, NoMargin)
+
+
+# ---- e3 ----------------------------------------------------------------------------------------------------------
+
+
+def test_e3_the_ocp_floor_rule_saturates_and_fails():
+    def ocp_floor(
+        x,
+    ):  # OCP MX v1.0's shared exponent: floor(log2(amax)) - 8, which can exceed 448 after scaling
+        blocks = x.float().reshape(*x.shape[:-1], x.shape[-1] // 32, 32)
+        amax = blocks.abs().amax(-1)
+        e = torch.floor(torch.log2(amax)) - 8
+        e = torch.where(amax > 0, e, torch.full_like(e, -127)).to(torch.int32)
+        q = (blocks / torch.exp2(e.float()).unsqueeze(-1)).clamp(-448, 448).to(torch.float8_e4m3fn)
+        return q.reshape(x.shape), e
+
+    assert "2^e must keep the block's amax within E4M3's range" in failure(check_quantize_mxfp8, ocp_floor)
+
+
+def test_e3_one_exponent_too_many_fails():
+    def plus_one(x):
+        q, e = quantize_mxfp8(x)
+        e = e + 1
+        blocks = x.float().reshape(*e.shape, 32) / torch.exp2(e.float()).unsqueeze(-1)
+        return blocks.clamp(-448, 448).to(torch.float8_e4m3fn).reshape(x.shape), e
+
+    assert "e must be the smallest such exponent" in failure(check_quantize_mxfp8, plus_one)
+
+
+def test_e3_blocks_across_the_wrong_dimension_fail():
+    def first_dim(x):
+        q, e = quantize_mxfp8(x.transpose(0, -1).contiguous()) if x.shape[0] % 32 == 0 else quantize_mxfp8(x)
+        return q, e.float()
+
+    assert "exponents should be an integer tensor" in failure(check_quantize_mxfp8, first_dim)
+
+
+# ---- e4 ----------------------------------------------------------------------------------------------------------
+
+
+@needs_cpu_scaled_mm
+def test_e4_a_bf16_matmul_is_not_an_fp8_gemm(no_gpu):
+    message = failure(check_fp8_matmul, lambda a, b: a @ b)
+    assert "torch._scaled_mm" in message and "it was not called" in message
+
+
+@needs_cpu_scaled_mm
+def test_e4_unscaled_operands_fail_on_small_values(no_gpu):
+    def unscaled(a, b):
+        one = torch.ones(())
+        qa, qb = a.float().to(torch.float8_e4m3fn), b.t().contiguous().float().to(torch.float8_e4m3fn)
+        return torch._scaled_mm(qa, qb.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    message = failure(check_fp8_matmul, unscaled)
+    assert "values around 1e-3" in message and "relative error" in message
+
+
+@needs_cpu_scaled_mm
+def test_e4_scales_the_wrong_way_round_fail(no_gpu):
+    def inverted(a, b):
+        qa, sa = quantize_fp8(a, "e4m3")
+        qb, sb = quantize_fp8(b.t().contiguous(), "e4m3")
+        return torch._scaled_mm(qa, qb.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+    assert "relative error" in failure(check_fp8_matmul, inverted)
