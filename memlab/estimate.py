@@ -153,3 +153,52 @@ def materialize_fake(model: torch.nn.Module) -> None:
         for name, b in module._buffers.items():
             if b is not None:
                 module._buffers[name] = fake(b, False)
+
+
+def simulate_layer_stack(
+    build_model: Callable[[int], torch.nn.Module],
+    make_batch: Callable[[], object],
+    layers: int,
+    make_optimizer: Callable[[list], torch.optim.Optimizer] = lambda params: torch.optim.AdamW(params),
+    loss_fn=loss_of,
+    probes: tuple[int, int] = (2, 4),
+) -> dict:
+    """The peak of one training step of a `layers`-deep model, from simulations of two shallow ones.
+
+    `build_model(n)` builds the model with n identical layers (e.g. a 7B config with `num_hidden_layers=n`). For such
+    a stack every byte count at the peak is affine in the depth: parameters, gradients, optimizer state and saved
+    activations grow by the same amount per layer; embeddings, head and logits do not. So two simulations
+    (`simulate_training_step`) at `probes` depths a < b give any depth L exactly, x(L) = x(a) + (x(b) - x(a)) *
+    (L - a) / (b - a), provided the peak is at the same operator in both (else ValueError: simulate deeper probes).
+    A 7B plan then costs two simulations of 2 and 4 layers (seconds) instead of one of 32.
+
+    Returns {"peak_bytes", "by_category", "per_layer_bytes", "peak_op", "probes"}.
+    """
+    a, b = probes
+    traces = {
+        n: simulate_training_step(lambda n=n: build_model(n), make_batch, make_optimizer, loss_fn)
+        for n in probes
+    }
+    ops = {n: max(t.timeline, key=lambda event: (event[2], -event[0]))[1] for n, t in traces.items()}
+    if ops[a] != ops[b]:
+        raise ValueError(
+            f"the peak moves between {a} and {b} layers ({ops[a]} vs {ops[b]}): use deeper probes"
+        )
+
+    def at_depth(x_a: int, x_b: int) -> int:
+        per_layer, rest = divmod((x_b - x_a) * (layers - a), b - a)
+        if rest:
+            raise ValueError("the byte counts are not affine in the depth: are the layers identical?")
+        return x_a + per_layer
+
+    by_category = {
+        name: at_depth(traces[a].peak_by_category[name], traces[b].peak_by_category[name])
+        for name in traces[a].peak_by_category
+    }
+    return {
+        "peak_bytes": at_depth(traces[a].peak_bytes, traces[b].peak_bytes),
+        "by_category": by_category,
+        "per_layer_bytes": (traces[b].peak_bytes - traces[a].peak_bytes) // (b - a),
+        "peak_op": ops[a],
+        "probes": {n: t.peak_bytes for n, t in traces.items()},
+    }

@@ -125,3 +125,27 @@ def test_simulation_allocates_fake_tensors_only():
 
     estimate.simulate_training_step(build, _tiny_batch)
     assert all(isinstance(p, FakeTensor) for p in seen[0].parameters())
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointing"])
+def test_a_deep_stack_extrapolated_from_two_shallow_ones_equals_its_direct_simulation(checkpointing):
+    """simulate_layer_stack's affine rule is exact for identical layers: 6 layers from 2 and 4, to the byte."""
+
+    def build(n):
+        model = build_model(
+            tiny_llama_config(num_hidden_layers=n, hidden_size=128, intermediate_size=344), device="meta"
+        )
+        if checkpointing:
+            model.config.use_cache = False
+            model.activation_checkpointing_enable()
+        return model
+
+    def batch():
+        ids = torch.randint(0, 2048, (2, 64))
+        return {"input_ids": ids, "labels": ids}
+
+    stacked = estimate.simulate_layer_stack(build, batch, layers=6)
+    direct = estimate.simulate_training_step(lambda: build(6), batch)
+    assert stacked["peak_bytes"] == direct.peak_bytes
+    assert stacked["by_category"] == direct.peak_by_category
+    assert stacked["per_layer_bytes"] > 0 and stacked["probes"][4] > stacked["probes"][2]
