@@ -9,12 +9,16 @@
   ``device`` in ``dtype`` (no ``.to()`` afterwards: under ``FakeTensorMode`` torch 2.13's ``Module.to()``
   raises "Couldn't swap", and building on ``"meta"`` allocates nothing at all).
 - ``from_pretrained_or_random``: real weights if they can be loaded, else the same random init, said so.
+- ``load_tiny_base``: the course's own small *pretrained* Llama and its tokenizer (memlab/assets/, built by
+  scripts/build_tiny_base.py), for LoRA on a CPU: LoRA needs a trained base, and no Hub checkpoint is reachable
+  offline.
 - ``mlp``: a small ``nn.Sequential`` for the first lesson and the memory-tracking tests.
 """
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -35,6 +39,8 @@ __all__ = [
     "tiny_bert_config",
     "build_model",
     "from_pretrained_or_random",
+    "load_tiny_base",
+    "TINY_BASE",
     "mlp",
 ]
 
@@ -193,6 +199,31 @@ def from_pretrained_or_random(
     if task == "seq-cls" and model.config.pad_token_id is None:
         model.config.pad_token_id = 0
     return model
+
+
+#: the folder of the course's small pretrained Llama (scripts/build_tiny_base.py says how it was trained)
+TINY_BASE = Path(__file__).resolve().parent / "assets" / "tiny-llama-reviews"
+
+
+def load_tiny_base(
+    task: str = "causal-lm",
+    num_labels: int = 2,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = DEFAULT_ATTENTION,
+):
+    """(model, tokenizer) of the course's small pretrained Llama: 4 layers, hidden 128, trained as a causal LM on
+    synthetic IMDB reviews, loaded with the same ``from_pretrained`` calls as a Hub checkpoint. For "seq-cls" the
+    classification head (``score``) is new, randomly initialised, and ``pad_token_id`` is 0 (the tokenizer's pad).
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(TINY_BASE)
+    extra = {"num_labels": num_labels, "pad_token_id": tokenizer.pad_token_id} if task == "seq-cls" else {}
+    model = _auto_class(task).from_pretrained(
+        TINY_BASE, dtype=dtype, attn_implementation=attn_implementation, **extra
+    ).to(device)
+    return model, tokenizer
 
 
 def mlp(widths: list[int], bias: bool = True) -> nn.Sequential:
