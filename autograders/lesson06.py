@@ -13,6 +13,9 @@ No check holds an answer.
 - `largest_micro_batch` (Exercise 6.3): the CPU stage gives it steps that raise `torch.OutOfMemoryError` above a
   batch size the check chose; the GPU stage caps the process's memory and lets real steps run out of it, then checks
   that the answer fits, that one more does not, and that nothing the failed steps allocated is still held.
+- `trade_off_args` (Exercise 6.4): see below. `measure_trainer` (Exercise 6.5, GPU only): the check trains its own bf16
+  classifier once measured by itself (the allocator's peak over `train()`), then, after leaving a 2 GiB peak behind,
+  once through the learner's function, with the check's own synchronised clock inserted first among the callbacks.
 - `trade_off_args` (Exercise 6.4): the learner's `TrainingArguments` are run in a real `transformers.Trainer` on the
   check's own model and data, and what each set-up must do is observed: the dtype a Linear layer computes in, how
   often a decoder layer runs its forward per step, the optimizer and the dtype of its state.
@@ -694,3 +697,106 @@ def check_trade_off_args(trade_off_args) -> int:
             seen = observe_setup(_run_args(made[setup], folder, 2), steps=2)
             _expect_setup(seen, setup)
     return len(SETUPS) + 1
+
+
+# ---- e5: measure_trainer (GPU) -----------------------------------------------------------------------------------
+
+#: the check's GPU classifier: a 4-layer Llama of hidden 1024 and a 32,000-token vocabulary, bf16 autocast
+E5_CONFIG = dict(
+    hidden_size=1024,
+    intermediate_size=2816,
+    num_hidden_layers=4,
+    num_attention_heads=16,
+    num_key_value_heads=16,
+    vocab_size=32000,
+)
+E5_STEPS, E5_WARMUP = 10, 3
+
+
+def _step_timer():
+    """A TrainerCallback that times every optimizer step with the device synchronised at both ends."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.times = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            torch.cuda.synchronize()
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            torch.cuda.synchronize()
+            self.times.append(time.perf_counter() - self.start)
+
+    return StepTimer()
+
+
+def gpu_trainer(folder: str):
+    """The check's Trainer on the GPU: E5_CONFIG as a sequence classifier, bf16, batch 8 x 512, E5_STEPS steps."""
+    from transformers import Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    model = build_model(tiny_llama_config(**E5_CONFIG), task="seq-cls", device="cuda", seed=0)
+    args = TrainingArguments(
+        output_dir=folder,
+        max_steps=E5_STEPS,
+        per_device_train_batch_size=8,
+        bf16=True,
+        optim="adamw_torch",
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=tradeoff_data(n=8 * E5_STEPS, seq=512))
+    for callback in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(callback)
+    return trainer
+
+
+def _fresh_gpu() -> None:
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+@check("e5_measure_trainer")
+def check_measure_trainer(measure_trainer) -> int:
+    expect_callable(measure_trainer, "measure_trainer")
+    needs_hardware(cuda=True, passed="")
+    case = f"a bf16 Llama classifier (hidden 1024, vocabulary 32,000) for {E5_STEPS} steps on the GPU"
+    with tempfile.TemporaryDirectory() as folder:
+        _fresh_gpu()
+        trainer = gpu_trainer(folder)  # the check's own run: the peak of train() by the allocator
+        torch.cuda.reset_peak_memory_stats()
+        trainer.train()
+        torch.cuda.synchronize()
+        reference_peak = torch.cuda.max_memory_allocated()
+        del trainer
+        _fresh_gpu()
+        junk = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")  # a peak from before the run
+        del junk
+        trainer = gpu_trainer(folder)
+        timer = _step_timer()
+        trainer.callback_handler.callbacks.insert(0, timer)  # the check's clock, around each of your steps
+        result = call(measure_trainer, trainer, warmup=E5_WARMUP, case=case)
+        expect_keys(result, ("peak_bytes", "step_seconds"), case=case, what="the result")
+        expect_type(result["peak_bytes"], numbers.Integral, case=case, what='"peak_bytes"')
+        expect_close(
+            result["peak_bytes"],
+            reference_peak,
+            case=case,
+            what='"peak_bytes" (the peak of train() only)',
+            rtol=0.02,
+        )
+        expect_close(
+            result["step_seconds"],
+            statistics.mean(timer.times[E5_WARMUP:]),
+            case=case,
+            what='"step_seconds" (mean of the synchronised steps after the warm-up)',
+            rtol=0.25,
+        )
+        del trainer
+        _fresh_gpu()
+    return 1

@@ -23,6 +23,7 @@ from autograders.lesson06 import (
     _e1_public_cases,
     check_find_peak,
     check_largest_micro_batch,
+    check_measure_trainer,
     check_time_step,
     check_trade_off_args,
     expected_peak,
@@ -126,8 +127,14 @@ def stub(*args, **kwargs):
 
 # ---- right answers pass, stubs and undefined names fail -------------------------------------------------------
 
-CHECKS = [check_find_peak, check_time_step, check_largest_micro_batch, check_trade_off_args]
-IDS = ["e1", "e2", "e3", "e4"]
+CHECKS = [
+    check_find_peak,
+    check_time_step,
+    check_largest_micro_batch,
+    check_trade_off_args,
+    check_measure_trainer,
+]
+IDS = ["e1", "e2", "e3", "e4", "e5"]
 
 
 @pytest.mark.parametrize(
@@ -499,3 +506,14 @@ def test_e4_an_unknown_set_up_must_raise():
         )
 
     assert "should raise ValueError" in failure(check_trade_off_args, lenient)
+
+
+# ---- e5: measure_trainer ---------------------------------------------------------------------------------------
+
+
+def test_e5_is_not_checked_without_a_gpu(capsys, no_gpu):
+    assert check_measure_trainer(ref.measure_trainer) is None
+    assert (
+        capsys.readouterr().out.strip()
+        == "e5_measure_trainer: NOT CHECKED HERE: needs a CUDA GPU, found no CUDA GPU."
+    )

@@ -79,3 +79,33 @@ def largest_micro_batch(step, max_batch: int) -> int:
                 gc.collect()
                 torch.cuda.empty_cache()
     return low
+
+
+def measure_trainer(trainer, warmup: int = 3) -> dict:
+    """`trainer.train()` on a CUDA GPU: the allocator's peak over that call only, and the mean of the synchronised
+    optimizer steps after `warmup`, timed by a callback placed first."""
+    announce("lesson06.measure_trainer")
+    from transformers import TrainerCallback
+
+    class Clock(TrainerCallback):
+        def __init__(self):
+            self.times = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            torch.cuda.synchronize()
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            torch.cuda.synchronize()
+            self.times.append(time.perf_counter() - self.start)
+
+    clock = Clock()
+    trainer.callback_handler.callbacks.insert(0, clock)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    torch.cuda.synchronize()
+    return {
+        "peak_bytes": torch.cuda.max_memory_allocated(),
+        "step_seconds": statistics.mean(clock.times[warmup:]),
+    }

@@ -18,7 +18,12 @@ from pathlib import Path
 
 import torch
 
-from autograders.lesson06 import check_largest_micro_batch, check_time_step, run_cuda_oom_case
+from autograders.lesson06 import (
+    check_largest_micro_batch,
+    check_measure_trainer,
+    check_time_step,
+    run_cuda_oom_case,
+)
 from autograders.references import lesson06 as ref
 from memlab import models
 from memlab.measure import measure_training_step
@@ -38,8 +43,10 @@ GPU_LM = dict(
 def test_the_gpu_stages_of_the_checks_pass_the_references(gpu_results, capsys):
     check_time_step(ref.time_step)
     check_largest_micro_batch(ref.largest_micro_batch)
+    check_measure_trainer(ref.measure_trainer)
     out = capsys.readouterr().out
     assert "✓ e2_time_step: 6 cases passed" in out and "✓ e3_largest_micro_batch" in out, out
+    assert "✓ e5_measure_trainer: 1 case passed" in out, out
     found = run_cuda_oom_case(ref.largest_micro_batch)
     gpu_results["profiling_largest_micro_batch"] = {
         "model": "MLP 4096 x 6 layers, micro-batch unit 64 rows",
