@@ -220,9 +220,11 @@ def load_tiny_base(
 
     tokenizer = AutoTokenizer.from_pretrained(TINY_BASE)
     extra = {"num_labels": num_labels, "pad_token_id": tokenizer.pad_token_id} if task == "seq-cls" else {}
-    model = _auto_class(task).from_pretrained(
-        TINY_BASE, dtype=dtype, attn_implementation=attn_implementation, **extra
-    ).to(device)
+    model = (
+        _auto_class(task)
+        .from_pretrained(TINY_BASE, dtype=dtype, attn_implementation=attn_implementation, **extra)
+        .to(device)
+    )
     return model, tokenizer
 
 

@@ -35,7 +35,8 @@ def build(folder: Path) -> list[float]:
 
     torch.manual_seed(0)
     tokenizer = data.train_bpe_tokenizer(
-        list(data.synthetic_imdb("train", n=2_000)["text"]) + list(data.synthetic_lm_text("train", n=1_000)["text"])
+        list(data.synthetic_imdb("train", n=2_000)["text"])
+        + list(data.synthetic_lm_text("train", n=1_000)["text"])
     )
     corpus = list(data.synthetic_imdb("train", n=4_000, seed=1)["text"])
     enc = tokenizer(corpus, max_length=SEQ, truncation=True, padding="max_length", return_tensors="pt")
