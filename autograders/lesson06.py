@@ -100,7 +100,7 @@ def peak_trace(model, batch, optimizer_name: str):
 def expected_peak(trace) -> dict:
     """What the tracker measured while the step ran: the peak, its split, the first operator at which live bytes
     reached it, and the mark after it (None if no mark follows)."""
-    index, op, live = max(trace.timeline, key=lambda event: (event[2], -event[0]))
+    index, op, live = trace.peak_event
     following = [
         name[len("mark: ") :] for i, name, _ in trace.timeline if i > index and name.startswith("mark: ")
     ]

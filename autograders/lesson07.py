@@ -215,10 +215,6 @@ def _e2_drawn(rng) -> list:
     return cases
 
 
-def e2_key(name: str) -> str:
-    return name
-
-
 @check("e2_delayed_scaler")
 def check_delayed_scaler(DelayedScaler) -> int:  # noqa: N803 - the learner's class
     expect_callable(DelayedScaler, "DelayedScaler")
@@ -243,7 +239,7 @@ def check_delayed_scaler(DelayedScaler) -> int:  # noqa: N803 - the learner's cl
             )
     for name, fmt, length, algo, margin, amaxes, expected in cases:
         if expected is None:
-            expected = [float.fromhex(h) for h in stored()["delayed_scaler"][e2_key(name)]]
+            expected = [float.fromhex(h) for h in stored()["delayed_scaler"][name]]
         case = f"{name} ({fmt}, amax_history_len={length}, {algo!r}, margin={margin})"
         scaler = call(
             DelayedScaler, fmt, amax_history_len=length, amax_compute_algo=algo, margin=margin, case=case

@@ -179,7 +179,7 @@ def simulate_layer_stack(
         n: simulate_training_step(lambda n=n: build_model(n), make_batch, make_optimizer, loss_fn)
         for n in probes
     }
-    ops = {n: max(t.timeline, key=lambda event: (event[2], -event[0]))[1] for n, t in traces.items()}
+    ops = {n: t.peak_event[1] for n, t in traces.items()}
     if ops[a] != ops[b]:
         raise ValueError(
             f"the peak moves between {a} and {b} layers ({ops[a]} vs {ops[b]}): use deeper probes"

@@ -83,6 +83,11 @@ class MemoryTrace:
         return mark
 
     @property
+    def peak_event(self) -> tuple[int, str, int]:
+        """The first `timeline` entry at the highest live total: (op index, op name, live bytes)."""
+        return max(self.timeline, key=lambda event: event[2])  # max() keeps the first of equal entries
+
+    @property
     def peak_mib(self) -> float:
         return self.peak_bytes / MiB
 

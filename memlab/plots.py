@@ -25,7 +25,7 @@ def memory_timeline(
             ax.annotate(
                 name[6:], (i, b / unit), xytext=(3, 6), textcoords="offset points", fontsize=8, rotation=90
             )
-    peak_at = max(trace.timeline, key=lambda event: event[2])
+    peak_at = trace.peak_event
     ax.scatter(
         [peak_at[0]],
         [peak_at[2] / unit],

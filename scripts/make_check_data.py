@@ -80,12 +80,12 @@ def lesson05() -> dict:
 
 def lesson07() -> dict:
     """The scales of the public DelayedScaler sequences, from Transformer Engine's recipe (the reference)."""
-    from autograders.lesson07 import E2_PUBLIC, e2_key, scales_of
+    from autograders.lesson07 import E2_PUBLIC, scales_of
     from autograders.references.lesson07 import DelayedScaler
 
     return {
         "delayed_scaler": {
-            e2_key(name): [s.hex() for s in scales_of(DelayedScaler, *rest)] for name, *rest in E2_PUBLIC
+            name: [s.hex() for s in scales_of(DelayedScaler, *rest)] for name, *rest in E2_PUBLIC
         }
     }
 

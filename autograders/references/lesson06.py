@@ -85,21 +85,9 @@ def measure_trainer(trainer, warmup: int = 3) -> dict:
     """`trainer.train()` on a CUDA GPU: the allocator's peak over that call only, and the mean of the synchronised
     optimizer steps after `warmup`, timed by a callback placed first."""
     announce("lesson06.measure_trainer")
-    from transformers import TrainerCallback
+    from autograders.lesson06 import _step_timer
 
-    class Clock(TrainerCallback):
-        def __init__(self):
-            self.times = []
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            torch.cuda.synchronize()
-            self.start = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            torch.cuda.synchronize()
-            self.times.append(time.perf_counter() - self.start)
-
-    clock = Clock()
+    clock = _step_timer()
     trainer.callback_handler.callbacks.insert(0, clock)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
