@@ -16,6 +16,7 @@ import test_autograders_lesson04 as l04
 import test_autograders_lesson05 as l05
 import test_autograders_lesson06 as l06
 import test_autograders_lesson07 as l07
+import test_autograders_lesson08 as l08
 
 import autograders.kit as kit
 from autograders.kit import CheckFailed
@@ -46,6 +47,9 @@ CHECKS = [
     (l06.check_time_step, l06.time_step),
     (l07.check_delayed_scaler, l07.DelayedScaler),
     (l07.check_quantize_mxfp8, l07.quantize_mxfp8),
+    (l08.check_plan_for, l08.plan_for),
+    (l08.check_add_lora, l08.add_lora),
+    (l08.check_merged_weight, l08.merged_weight),
 ]
 HARD_CODABLE = {
     "e2_adamw8bit_state_bytes",
@@ -62,6 +66,7 @@ HARD_CODABLE = {
     "e3_zero_bytes_per_rank",
     "e1_find_peak",
     "e3_quantize_mxfp8",
+    "e1_plan_for",
 }
 
 

@@ -1,0 +1,491 @@
+"""Lesson 08's checks pass the solution and fail realistic wrong answers with a helpful message.
+
+The right answers and the lesson's helpers (`encode`, `train_lora`, `evaluate_accuracy`, `CAPSTONE`) are copied from
+solutions/08-capstone-7b-lora/08-capstone-7b-lora.ipynb. The graded run (Exercise 8.3) trains once per session
+(about half a minute); its wrong answers reuse that run's files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from check_helpers import failure
+from peft import LoraConfig, get_peft_model
+
+import autograders.lesson08 as l08
+from autograders.lesson08 import (
+    BATCH,
+    HEADROOM,
+    MICRO_BATCHES,
+    check_add_lora,
+    check_graded_run,
+    check_measure_lora_step,
+    check_merged_weight,
+    check_plan_for,
+)
+from memlab import data, estimate, models
+from memlab.measure import measure_training_step, track_memory
+
+pytestmark = pytest.mark.usefixtures("learner_mode")
+
+GiB = 1024**3
+DEVICE = torch.device("cpu")
+TARGETS = list(estimate.ATTENTION_PROJECTIONS)
+
+# ---- the solutions and the lesson's helpers (copied from the notebook) --------------------------------------------
+
+
+def plan_for(gpu_gb: float, seq: int) -> dict | None:
+    budget = (1 - HEADROOM) * gpu_gb * GiB
+    for checkpointing in (False, True):
+        best = None
+        for micro_batch in MICRO_BATCHES:
+            peak = estimate.simulate_7b_lora_step(seq, micro_batch, checkpointing).peak_bytes
+            if peak > budget:
+                break
+            best = (micro_batch, peak)
+        if best is not None:
+            micro_batch, peak = best
+            return {
+                "checkpointing": checkpointing,
+                "micro_batch": micro_batch,
+                "accumulation": BATCH // micro_batch,
+                "peak_gib": peak / GiB,
+            }
+    return None
+
+
+def add_lora(model, rank: int):
+    classifier = type(model).__name__.endswith("ForSequenceClassification")
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=2 * rank,
+        lora_dropout=0.05,
+        target_modules=TARGETS,
+        task_type="SEQ_CLS" if classifier else "CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def encode(ds, tokenizer, seq):
+    tokenizer.truncation_side = "left"
+    enc = tokenizer(
+        list(ds["text"]), max_length=seq, truncation=True, padding="max_length", return_tensors="pt"
+    )
+    return {
+        "input_ids": enc["input_ids"],
+        "attention_mask": enc["attention_mask"],
+        "labels": torch.tensor(list(ds["label"])),
+    }
+
+
+def train_lora(model, tensors, *, micro_batch, accumulation, checkpointing, steps, lr, dtype=torch.bfloat16):
+    if checkpointing:
+        model.get_base_model().activation_checkpointing_enable()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / 10) * max(0.0, 1 - s / steps)
+    )
+    generator = torch.Generator().manual_seed(0)
+    losses, seconds = [], []
+    model.train()
+    for _ in range(steps):
+        start = time.perf_counter()
+        step_loss = 0.0
+        for _ in range(accumulation):
+            rows = torch.randint(0, len(tensors["input_ids"]), (micro_batch,), generator=generator)
+            batch = {key: value[rows] for key, value in tensors.items()}
+            with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+                loss = model(**batch).loss / accumulation
+            loss.backward()
+            step_loss += loss.item()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        seconds.append(time.perf_counter() - start)
+        losses.append(step_loss)
+    if checkpointing:
+        model.get_base_model().activation_checkpointing_disable()
+    return losses, seconds
+
+
+def evaluate_accuracy(model, tensors, batch=64):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(tensors["labels"]), batch):
+            logits = model(
+                input_ids=tensors["input_ids"][i : i + batch],
+                attention_mask=tensors["attention_mask"][i : i + batch],
+            ).logits
+            correct += int((logits.argmax(-1) == tensors["labels"][i : i + batch]).sum())
+    return correct / len(tensors["labels"])
+
+
+CAPSTONE = dict(
+    rank=16,
+    alpha=32,
+    target_modules=TARGETS,
+    seq=128,
+    micro_batch=8,
+    accumulation=2,
+    checkpointing=True,
+    dtype="bf16",
+    lr=2e-3,
+    steps=150,
+)
+
+
+def run_capstone(run_dir: Path, capstone: dict = CAPSTONE) -> dict:
+    torch.manual_seed(0)
+    train, test = data.load_imdb("train", n=2_000), data.load_imdb("test", n=256)
+    base, tokenizer = models.load_tiny_base("seq-cls", device=DEVICE)
+    model = add_lora(base, capstone["rank"])
+    train_set, test_set = encode(train, tokenizer, capstone["seq"]), encode(test, tokenizer, capstone["seq"])
+    settings = {key: capstone[key] for key in ("micro_batch", "accumulation", "checkpointing", "steps", "lr")}
+    with track_memory(model=model) as train_trace:
+        losses, seconds = train_lora(model, train_set, **settings, dtype=torch.bfloat16)
+    with track_memory(model=model) as eval_trace:
+        accuracy = evaluate_accuracy(model, test_set)
+    run_dir = Path(run_dir)
+    model.save_pretrained(run_dir / "adapter")
+    run = {
+        "model": models.TINY_BASE.name,
+        "task": "imdb",
+        "device": DEVICE.type,
+        "config": capstone,
+        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "total_parameters": sum(p.numel() for p in model.parameters()),
+        "peak_bytes": {"train": train_trace.peak_bytes, "eval": eval_trace.peak_bytes},
+        "step_time_s": statistics.median(seconds[1:]),
+        "loss_curve": losses,
+        "eval": {"accuracy": accuracy, "n": len(test)},
+    }
+    (run_dir / "run.json").write_text(json.dumps(run, indent=1))
+    return run
+
+
+def merged_weight(layer) -> torch.Tensor:
+    weight = layer.base_layer.weight
+    a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+    return (weight.float() + layer.scaling["default"] * (b.float() @ a.float())).to(weight.dtype)
+
+
+def measure_lora_step(seq, micro_batch, checkpointing, layers=32, device="cuda") -> dict:
+    config = models.llama2_7b_config(num_hidden_layers=layers, use_cache=False)
+    model = models.build_model(config, dtype=torch.bfloat16, device=device)
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=TARGETS))
+    if checkpointing:
+        model.get_base_model().activation_checkpointing_enable()
+    ids = torch.randint(3, config.vocab_size, (micro_batch, seq), device=device)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+    start = time.perf_counter()
+    trace = measure_training_step(model, {"input_ids": ids, "labels": ids}, optimizer)
+    return {"peak_bytes": trace.peak_bytes, "step_time_s": time.perf_counter() - start}
+
+
+def stub(*args, **kwargs):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+# ---- e1: plan_for ------------------------------------------------------------------------------------------------
+
+
+def test_e1_the_solution_passes(capsys):
+    check_plan_for(plan_for)
+    assert "✓ e1_plan_for: 5 cases passed" in capsys.readouterr().out
+
+
+def test_e1_the_stub_fails():
+    assert "is not written yet" in failure(check_plan_for, stub)
+
+
+def _variant(**changes):
+    """plan_for with one rule changed: `checkpointing` forced, `micro_batch` forced, `headroom`, `units`."""
+
+    def wrong(gpu_gb, seq):
+        budget = (1 - changes.get("headroom", HEADROOM)) * gpu_gb * GiB
+        for checkpointing in changes.get("order", (False, True)):
+            best = None
+            for micro_batch in changes.get("micro_batches", MICRO_BATCHES):
+                peak = estimate.simulate_7b_lora_step(seq, micro_batch, checkpointing).peak_bytes
+                if peak > budget:
+                    break
+                best = (micro_batch, peak)
+            if best is not None:
+                micro_batch, peak = best
+                return {
+                    "checkpointing": checkpointing,
+                    "micro_batch": micro_batch,
+                    "accumulation": changes.get("accumulation", BATCH // micro_batch),
+                    "peak_gib": peak / changes.get("unit", GiB),
+                }
+        return None
+
+    return wrong
+
+
+@pytest.mark.parametrize(
+    ("wrong", "expected"),
+    [
+        (_variant(order=(True,)), "checkpointing is on, but a micro-batch fits without it"),
+        (_variant(micro_batches=(1,)), "wastes the budget: micro-batch 2 fits too"),
+        (_variant(headroom=0.0), "more than the budget of 14.4 GiB (90% of 16 GiB)"),
+        (_variant(unit=1e9), 'plan["peak_gib"]'),
+        (_variant(accumulation=1), "micro-batch x accumulation should be the batch of 16"),
+        (lambda gpu_gb, seq: None, "you returned None (nothing fits), but a plan fits"),
+        (_variant(order=(False,)), "case 24 GiB, seq 1024: you returned None"),
+    ],
+    ids=[
+        "always-checkpointing",
+        "micro-batch-1",
+        "no-headroom",
+        "decimal-GB",
+        "no-accumulation",
+        "none",
+        "never-ckpt",
+    ],
+)
+def test_e1_wrong_plans_fail_with_a_reason(wrong, expected):
+    assert expected in failure(check_plan_for, wrong)
+
+
+def test_e1_the_expected_plans_are_decided_far_from_the_budget():
+    """The public cases are robust to small changes of the simulator between library versions: 3% at least."""
+    for gpu, seq in l08.E1_PUBLIC:
+        assert l08.expected_plan(gpu, seq)[1] > 0.03, (gpu, seq)
+    assert l08.expected_plan(16, 4096)[0] is None
+    assert l08.expected_plan(24, 1024)[0] == {"checkpointing": True, "micro_batch": 8, "accumulation": 2}
+
+
+# ---- e2: add_lora ------------------------------------------------------------------------------------------------
+
+
+def test_e2_the_solution_passes(capsys):
+    check_add_lora(add_lora)
+    assert "✓ e2_add_lora: 4 cases passed" in capsys.readouterr().out
+
+
+def _lora(**overrides):
+    def wrong(model, rank):
+        classifier = type(model).__name__.endswith("ForSequenceClassification")
+        fields = dict(
+            r=rank,
+            lora_alpha=2 * rank,
+            lora_dropout=0.05,
+            target_modules=TARGETS,
+            task_type="SEQ_CLS" if classifier else "CAUSAL_LM",
+        )
+        fields.update(overrides)
+        return get_peft_model(model, LoraConfig(**fields))
+
+    return wrong
+
+
+@pytest.mark.parametrize(
+    ("wrong", "expected"),
+    [
+        (_lora(task_type=None), "(LoraConfig's task_type says which)"),
+        (_lora(lora_alpha=16), "alpha / r"),
+        (_lora(target_modules="all-linear"), "LoRA should adapt only the attention projections"),
+        (_lora(target_modules=["q_proj", "v_proj"]), "there should be a LoRA layer on each of the"),
+        (lambda model, rank: model, "the result (a peft model, from get_peft_model)"),
+    ],
+    ids=["no-task-type", "alpha-16", "all-linear", "q-v-only", "unwrapped"],
+)
+def test_e2_wrong_adapters_fail_with_a_reason(wrong, expected):
+    assert expected in failure(check_add_lora, wrong)
+
+
+def test_e2_a_frozen_head_fails():
+    def frozen_head(model, rank):
+        peft_model = add_lora(model, rank)
+        for name, p in peft_model.named_parameters():
+            if "score" in name:
+                p.requires_grad_(False)
+        return peft_model
+
+    assert "the classifier's head (score) is frozen" in failure(check_add_lora, frozen_head)
+
+
+# ---- e3: the graded run --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory):
+    """The solution's run, once (about 30 s): its folder, and the module's import time moved before it."""
+    folder = tmp_path_factory.mktemp("good-run")
+    run_capstone(folder)
+    return folder
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """The check requires files written after the check module's import: make 'import' now."""
+    monkeypatch.setattr(l08, "IMPORTED_AT", time.time() - 1)
+
+
+def test_e3_the_solution_passes(good_run, tmp_path, fresh, capsys):
+    def replay(run_dir):  # the good run, copied: fresh files, the same content
+        shutil.copytree(good_run, run_dir, dirs_exist_ok=True, copy_function=shutil.copyfile)
+        return json.loads((Path(run_dir) / "run.json").read_text())
+
+    check_graded_run(replay, tmp_path / "run")
+    assert "✓ e3_graded_run: 1 case passed" in capsys.readouterr().out
+
+
+def _edited(good_run, edit):
+    def wrong(run_dir):
+        shutil.copytree(good_run, run_dir, dirs_exist_ok=True, copy_function=shutil.copyfile)
+        run = json.loads((Path(run_dir) / "run.json").read_text())
+        edit(run)
+        (Path(run_dir) / "run.json").write_text(json.dumps(run))
+        return run
+
+    return wrong
+
+
+def _set(path, value):
+    def edit(run):
+        target = run
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value(target[path[-1]]) if callable(value) else value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            _set(("eval", "accuracy"), lambda a: a + 0.1),
+            "the reported accuracy against the check's own evaluation",
+        ),
+        (_set(("trainable_parameters",), lambda n: n * 2), 'run.json["trainable_parameters"]'),
+        (_set(("total_parameters",), lambda n: n - 65_792), 'run.json["total_parameters"]'),
+        (_set(("peak_bytes", "train"), lambda b: b * 3), "from a simulated step of the same configuration"),
+        (_set(("loss_curve",), lambda c: c[:10]), "one value per optimizer step"),
+        (_set(("loss_curve",), lambda c: c[::-1]), "the loss did not go down"),
+        (_set(("config", "rank"), 8), "is not the configuration run.json reports"),
+        (_set(("device",), "cuda"), "this run was on 'cpu'"),
+        (_set(("eval", "n"), 100), "evaluate on the first 256 test reviews"),
+    ],
+    ids=["accuracy", "trainable", "total", "peak", "short-curve", "rising-curve", "rank", "device", "n"],
+)
+def test_e3_a_run_that_does_not_match_what_it_reports_fails(good_run, tmp_path, fresh, edit, expected):
+    assert expected in failure(lambda f: check_graded_run(f, tmp_path / "run"), _edited(good_run, edit))
+
+
+def test_e3_a_returned_dict_other_than_the_file_fails(good_run, tmp_path, fresh):
+    def wrong(run_dir):
+        shutil.copytree(good_run, run_dir, dirs_exist_ok=True, copy_function=shutil.copyfile)
+        run = json.loads((Path(run_dir) / "run.json").read_text())
+        run["step_time_s"] = 0.001
+        return run
+
+    message = failure(lambda f: check_graded_run(f, tmp_path / "run"), wrong)
+    assert "is not what it wrote to run.json" in message
+
+
+def test_e3_files_that_were_there_before_fail(good_run, tmp_path, monkeypatch):
+    shutil.copytree(good_run, tmp_path / "run")
+    monkeypatch.setattr(l08, "IMPORTED_AT", time.time() + 60)  # the files predate the checking
+    message = failure(
+        lambda f: check_graded_run(f, tmp_path / "run"),
+        lambda run_dir: json.loads((Path(run_dir) / "run.json").read_text()),
+    )
+    assert "was written before this kernel checked anything" in message
+
+
+def test_e3_an_accuracy_below_the_bar_fails(good_run, tmp_path, fresh, monkeypatch):
+    """An honest run below the bar: every count matches, the accuracy is re-evaluated, and it is too low."""
+    monkeypatch.setattr(l08, "ACCURACY_BAR", 0.99)
+    message = failure(lambda f: check_graded_run(f, tmp_path / "run"), _edited(good_run, lambda run: None))
+    assert "the bar is 0.99" in message
+
+
+def test_e3_the_stub_fails(tmp_path):
+    assert "is not written yet" in failure(lambda f: check_graded_run(f, tmp_path), stub)
+
+
+# ---- e4: merged_weight ---------------------------------------------------------------------------------------------
+
+
+def test_e4_the_solution_passes(capsys):
+    check_merged_weight(merged_weight)
+    assert "✓ e4_merged_weight: 6 cases passed" in capsys.readouterr().out
+
+
+def _no_scaling(layer):
+    weight = layer.base_layer.weight
+    return (
+        weight.float() + layer.lora_B["default"].weight.float() @ layer.lora_A["default"].weight.float()
+    ).to(weight.dtype)
+
+
+def _in_place(layer):
+    with torch.no_grad():
+        layer.base_layer.weight += layer.get_delta_weight("default")
+    return layer.base_layer.weight.clone()
+
+
+def _fp32_out(layer):
+    weight = layer.base_layer.weight
+    return weight.float() + layer.scaling["default"] * (
+        layer.lora_B["default"].weight.float() @ layer.lora_A["default"].weight.float()
+    )
+
+
+@pytest.mark.parametrize(
+    ("wrong", "expected"),
+    [
+        (_no_scaling, "differs from W + (alpha / r) * B @ A"),
+        (_in_place, "merged_weight changed the layer's base weight"),
+        (_fp32_out, "dtype torch.bfloat16"),
+    ],
+    ids=["no-scaling", "in-place", "fp32-result"],
+)
+def test_e4_wrong_merges_fail(wrong, expected):
+    assert expected in failure(check_merged_weight, wrong)
+
+
+# ---- e5: measure_lora_step -----------------------------------------------------------------------------------------
+
+
+def test_e5_passes_what_a_cpu_can_check(capsys, no_gpu):
+    check_measure_lora_step(measure_lora_step)
+    out = capsys.readouterr().out
+    assert out.startswith("e5_measure_lora_step: NOT CHECKED HERE: needs a CUDA GPU (>= 24 GB)")
+
+
+def test_e5_a_step_without_lora_fails(no_gpu):
+    def full_model(seq, micro_batch, checkpointing, layers=32, device="cuda"):
+        model = models.build_model(
+            models.llama2_7b_config(num_hidden_layers=layers, use_cache=False),
+            dtype=torch.bfloat16,
+            device=device,
+        )
+        ids = torch.randint(3, 32_000, (micro_batch, seq))
+        trace = measure_training_step(
+            model, {"input_ids": ids, "labels": ids}, torch.optim.SGD(model.parameters())
+        )
+        return {"peak_bytes": trace.peak_bytes, "step_time_s": 1.0}
+
+    assert "the peak (the tracker's bytes against the simulation)" in failure(
+        check_measure_lora_step, full_model
+    )
+
+
+def test_e5_a_result_without_a_peak_fails(no_gpu):
+    message = failure(check_measure_lora_step, lambda *a, **k: {"step_time_s": 1.0})
+    assert "missing the key(s) ['peak_bytes']" in message
