@@ -42,6 +42,7 @@ c.ClearOutput.remove_metadata_fields = {"collapsed", "scrolled", "execution", "E
 
 # ---- autograde / validate: running a notebook -------------------------------------------------------------------
 # Per cell. A cell that runs past it (an infinite loop) is interrupted: it errors and loses its exercise, and the
-# remaining cells still run. scripts/grade.py --timeout overrides it.
-c.Execute.timeout = 120
+# remaining cells still run. scripts/grade.py --timeout overrides it. 300 s: lesson 08's graded run trains a model
+# inside its check cell (about a minute alone on 2 cores, over two minutes when grade.py --jobs 2 shares them).
+c.Execute.timeout = 300
 c.Execute.interrupt_on_timeout = True

@@ -149,3 +149,30 @@ def test_a_deep_stack_extrapolated_from_two_shallow_ones_equals_its_direct_simul
     assert stacked["peak_bytes"] == direct.peak_bytes
     assert stacked["by_category"] == direct.peak_by_category
     assert stacked["per_layer_bytes"] > 0 and stacked["probes"][4] > stacked["probes"][2]
+
+
+def test_the_7b_lora_simulation_is_the_direct_simulation_of_that_model():
+    """simulate_7b_lora_step(..., layers=3) is, to the byte, a direct simulation of a 3-layer Llama-2-7B with LoRA r=16
+    on q/k/v/o (bf16 base, AdamW): its cached result is immutable and shared by equal calls."""
+    from peft import LoraConfig, get_peft_model
+
+    def build():
+        model = build_model(
+            llama2_7b_config(num_hidden_layers=3, use_cache=False), dtype=torch.bfloat16, device="meta"
+        )
+        model = get_peft_model(
+            model, LoraConfig(r=16, lora_alpha=32, target_modules=list(estimate.ATTENTION_PROJECTIONS))
+        )
+        model.get_base_model().activation_checkpointing_enable()
+        return model
+
+    def batch():
+        ids = torch.zeros(1, 256, dtype=torch.long)
+        return {"input_ids": ids, "labels": ids}
+
+    result = estimate.simulate_7b_lora_step(256, 1, True, layers=3)
+    assert result.peak_bytes == estimate.simulate_training_step(build, batch).peak_bytes
+    assert estimate.simulate_7b_lora_step(256, 1, True, layers=3) is result
+    assert isinstance(result.by_category, tuple)
+    without = estimate.simulate_7b_lora_step(256, 1, False, layers=3)
+    assert without.peak_bytes > result.peak_bytes
