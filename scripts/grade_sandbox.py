@@ -710,11 +710,20 @@ def main() -> None:
         0, os.getcwd()
     )  # a lesson's own check module (e.g. tests' fixture_checks.py) sits in its folder
     import importlib
+    import pkgutil
 
     import autograders.kit  # noqa: F401
-    import memlab.models  # noqa: F401  the toolkit too: importing transformers imports torch._dynamo, which wraps
-    # torch.manual_seed in place (torch/_dynamo/eval_frame.py); done here, a library's own patch is not a change
-    # made while grading (a lesson whose check module does not import transformers was flagged for it)
+    import memlab
+
+    # every module of the toolkit too, before the hook: (1) importing transformers imports torch._dynamo, which wraps
+    # torch.manual_seed in place (torch/_dynamo/eval_frame.py), a library's own patch, not a change made while
+    # grading (a lesson whose check module does not import transformers was flagged for it); (2) building a class
+    # sets attributes on it (typing.NamedTuple sets __bases__, dataclasses set __init__), which the hook refuses on
+    # the kit's classes: a toolkit module first imported by a lesson's setup cell failed to import
+    # (memlab.plots defines no class and imports pyplot, which is left to the lesson, after IPython sets its backend)
+    for info in pkgutil.iter_modules(memlab.__path__, "memlab."):
+        if info.name != "memlab.plots":
+            importlib.import_module(info.name)
 
     for module in config.get("check_modules", ()):
         importlib.import_module(module)
