@@ -391,6 +391,9 @@ def _ulp_cases(name: str) -> list[tuple[str, float]]:
         ("the smallest normal number", value(1 << f.mantissa_bits)),
         ("the largest finite number", torch.finfo(f.dtype).max),
         ("zero", 0.0),
+        (f"not a {name} number", 0.1),
+        (f"a float64 just below a power of two, not a {name} number", math.nextafter(8.0, 0.0)),
+        (f"a float64 just below a power of two, not a {name} number", -math.nextafter(256.0, 0.0)),
     ]
 
 
@@ -405,16 +408,20 @@ def public_ulps() -> dict[str, dict[str, float]]:
 
 
 def _drawn_ulp_cases(rng) -> list[tuple[str, float, str, float]]:
-    """(case, x, format, expected ulp) for values drawn at grading time: random finite bit patterns."""
+    """(case, x, format, expected ulp) for values drawn at grading time: random finite bit patterns, and a float64
+    just below a random power of two within the format's range (from 2^3 up, math.log2 rounds it up to the power)."""
     ulp = references("lesson02").ulp
     cases = []
     for name in LESSON_FORMATS:
         f = FORMATS[name]
-        for _ in range(3):
-            while True:
-                x = float(torch_decode([rng.getrandbits(f.bits)], f)[0])
-                if math.isfinite(x):
-                    break
+        values = []
+        while len(values) < 3:
+            x = float(torch_decode([rng.getrandbits(f.bits)], f)[0])
+            if math.isfinite(x):
+                values.append(x)
+        top = math.frexp(torch.finfo(f.dtype).max)[1] - 1  # the largest power of two in range
+        values.append(rng.choice([-1, 1]) * math.nextafter(2.0 ** rng.randint(3, top), 0.0))
+        for x in values:
             cases.append((drawn(len(cases) + 1, f"ulp({x!r}, {name!r})"), x, name, ulp(x, name)))
     return cases
 

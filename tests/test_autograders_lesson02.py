@@ -6,6 +6,7 @@ make; the test asserts the check names the case that exposes it and does not giv
 """
 
 import math
+import random
 
 import numpy as np
 import pytest
@@ -95,7 +96,7 @@ pytestmark = pytest.mark.usefixtures("learner_mode")
         (check_decode, decode, "✓ e1_decode: 5 cases passed"),
         (check_format_limits, format_limits, "✓ e2_format_limits: 6 cases passed"),
         (check_round_to_bf16, round_to_bf16, "✓ e3_round_to_bf16: 13 cases passed"),
-        (check_ulp, ulp, "✓ e4_ulp: 55 cases passed"),
+        (check_ulp, ulp, "✓ e4_ulp: 70 cases passed"),
     ],
     ids=IDS,
 )
@@ -448,6 +449,50 @@ def test_e4_the_ulp_below_at_powers_of_two_fails():
         "(exactly)."
     )
     assert_hidden(message, 2.0**-23)
+
+
+def test_e4_floor_of_math_log2_fails_just_below_a_power_of_two():
+    """math.log2 rounds to a float64: for a float64 just below 2^3 it returns exactly 3.0 (the issue's trap)."""
+
+    def ulp_log2(x, fmt):
+        f = FORMATS[fmt]
+        emin = 1 - f.bias
+        if x == 0:
+            return 2.0 ** (emin - f.mantissa_bits)
+        return 2.0 ** (max(math.floor(math.log2(abs(x))), emin) - f.mantissa_bits)
+
+    assert math.log2(math.nextafter(8.0, 0.0)) == 3.0
+    message = failure(check_ulp, ulp_log2)
+    assert message == (
+        "e4_ulp: case ulp(7.999999999999999, 'fp32'), a float64 just below a power of two, not a fp32 number: "
+        "the ulp is too high, by a factor of 2 to 10: you got 9.53674e-07 (exactly)."
+    )
+    assert_hidden(message, 2.0**-21)
+
+
+def test_e4_rounding_x_into_the_format_first_fails():
+    """The gap is the one around x itself: x rounded to nearest may already sit in the binade above."""
+
+    def ulp_of_rounded(x, fmt):
+        return ulp(torch.tensor(x, dtype=torch.float64).to(FORMATS[fmt].dtype).item(), fmt)
+
+    message = failure(check_ulp, ulp_of_rounded)
+    assert message.startswith(
+        "e4_ulp: case ulp(7.999999999999999, 'fp32'), a float64 just below a power of two"
+    )
+    assert "the ulp is too high" in message
+
+
+def test_e4_drawn_cases_include_a_value_where_math_log2_rounds_up():
+    from autograders.lesson02 import _drawn_ulp_cases
+
+    cases = _drawn_ulp_cases(random.Random(3))
+    assert len(cases) == 4 * len(LESSON_FORMATS)
+    below_powers = [x for _, x, _, _ in cases[3::4]]
+    for x in below_powers:
+        assert math.floor(math.log2(abs(x))) == math.frexp(x)[1]  # log2's floor is one too high here
+    for case, x, name, expected in cases:
+        assert expected == ulp(x, name), case
 
 
 def test_e4_ignoring_subnormals_fails():

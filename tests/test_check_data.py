@@ -59,6 +59,21 @@ def test_ulp_reference_agrees_with_numpy_spacing(name, np_type):
         assert ref02.ulp(float(x), name) == float(np.spacing(abs(x)))  # the gap away from zero
 
 
+@pytest.mark.parametrize("name, np_type", [("fp16", np.float16), ("fp32", np.float32)])
+def test_ulp_reference_of_a_value_between_two_numbers_of_the_format(name, np_type):
+    """For an x the format cannot hold, the ulp is the gap between its two neighbours in the format."""
+    rng = np.random.default_rng(1)
+    limit = float(np.finfo(np_type).max)
+    values = rng.standard_normal(500) * 2.0 ** rng.integers(-30, 16, 500)
+    values = [*values[np.abs(values) <= limit], *(np.nextafter(2.0**k, 0.0) for k in range(-20, 16))]
+    for x in values:
+        below = np_type(x)
+        if abs(float(below)) > abs(x):
+            below = np.nextafter(below, np_type(0))
+        assert float(below) != x
+        assert ref02.ulp(float(x), name) == float(np.spacing(np.abs(below))), x
+
+
 def test_underflow_reference_counts_torch_casts():
     grads = [torch.tensor([2.0**-24, 2.0**-26, 0.0, 1.0]), None]
     assert ref03.underflow_fraction(grads, 1.0, torch.float16) == 1 / 3

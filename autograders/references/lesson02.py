@@ -30,14 +30,19 @@ def limits(exponent_bits: int, mantissa_bits: int, nan_encoding: str = "ieee") -
 
 
 def ulp(x: float, name: str) -> float:
-    """The gap from x to its neighbour one bit pattern further from zero (toward zero at the largest finite)."""
+    """The gap between the two numbers of the format on either side of x: for a number of the format, the gap to
+    its neighbour one bit pattern further from zero (toward zero at the largest finite). x need not be a number of
+    the format, but |x| is at most its largest finite value."""
     announce("lesson02.ulp")
     from autograders.lesson02 import torch_decode
     from memlab.formats import FORMATS, to_bits
 
     f = FORMATS[name]
-    bits = to_bits(x, f)
+    bits = to_bits(x, f)  # x rounded to nearest: step toward zero until at or below |x|
+    while abs(float(torch_decode([bits], f)[0])) > abs(x):
+        bits -= 1
+    below = float(torch_decode([bits], f)[0])
     up = float(torch_decode([bits + 1], f)[0])
     if math.isfinite(up):
-        return abs(up - x)
-    return abs(x - float(torch_decode([bits - 1], f)[0]))
+        return abs(up - below)
+    return abs(below - float(torch_decode([bits - 1], f)[0]))
