@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark scripts/grade.py on a class: wall time of N learners x every lesson at --jobs 1 and at --jobs 2.
 
-    python scripts/bench_grading.py [--learners 12] [--jobs 1 2] [--out results/grading_benchmark.json]
+    python scripts/bench_grading.py [--learners 12] [--jobs 1 2] [--lessons SLUG ...] [--out results/grading_benchmark.json]
 
 The class is made from the lessons themselves: a third of the learners submit the solution notebook, a third the
 blank learner version, a third the solution with its first exercise's solution replaced by the stub. Each --jobs
@@ -25,12 +25,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_lessons import ROOT, lesson_dirs, render  # noqa: E402
+from grade import kernel_threads  # noqa: E402
 
 
-def make_class(folder: Path, learners: int) -> list[str]:
+def make_class(folder: Path, learners: int, only: list[str] | None = None) -> list[str]:
     import nbformat
 
-    lessons = [p.name for p in lesson_dirs(ROOT / "solutions")]
+    lessons = [p.name for p in lesson_dirs(ROOT / "solutions") if not only or p.name in only]
     released = render(ROOT / "solutions")
     for i in range(learners):
         student = f"learner{i + 1:02d}"
@@ -59,6 +60,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--learners", type=int, default=12)
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--lessons", nargs="+", metavar="SLUG", help="default: every lesson in solutions/")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "grading_benchmark.json")
     args = parser.parse_args(argv)
 
@@ -67,7 +69,7 @@ def main(argv=None) -> int:
     runs, csvs = [], {}
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         subs = Path(tmp) / "submissions"
-        lessons = make_class(subs, args.learners)
+        lessons = make_class(subs, args.learners, args.lessons)
         for jobs in args.jobs:
             out = Path(tmp) / f"grades-jobs{jobs}.csv"
             start = time.perf_counter()
@@ -93,7 +95,12 @@ def main(argv=None) -> int:
             csvs[jobs] = out.read_text()
             notebooks = args.learners * len(lessons)
             runs.append(
-                {"jobs": jobs, "wall_s": round(seconds, 1), "per_notebook_s": round(seconds / notebooks, 2)}
+                {
+                    "jobs": jobs,
+                    "torch_threads_per_kernel": kernel_threads(jobs),
+                    "wall_s": round(seconds, 1),
+                    "per_notebook_s": round(seconds / notebooks, 2),
+                }
             )
             print(f"--jobs {jobs}: {seconds:.0f} s for {notebooks} notebooks", flush=True)
             shutil.copy(out, Path(tmp) / f"kept-{jobs}.csv")

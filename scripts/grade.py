@@ -182,6 +182,19 @@ def isolation_problem() -> str | None:
 # ---- students, tasks, workers ----------------------------------------------------------------------------------
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def kernel_threads(jobs: int) -> int:
+    """Threads for each kernel's torch when `jobs` kernels share this machine's CPUs: its CPUs split between them.
+
+    torch starts as many intra-op threads as the machine has cores in *every* kernel, so --jobs 2 on 2 cores ran
+    4 spinning OpenMP threads on 2 cores: lessons 04 and 05 graded 2.6-6.3 times slower. OMP_NUM_THREADS (or
+    MKL_NUM_THREADS) set by the instructor wins."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // jobs)
+
+
 def list_students(submissions: Path) -> list[str]:
     return sorted(p.name for p in submissions.iterdir() if p.is_dir() or p.is_symlink())
 
@@ -415,7 +428,10 @@ def parse_args(argv):
         help="seconds for one notebook in all (default: %(default)s)",
     )
     parser.add_argument(
-        "--jobs", type=int, default=1, help="submissions graded at the same time (default: 1)"
+        "--jobs",
+        type=int,
+        default=1,
+        help="submissions graded at the same time, the CPUs split between them (default: 1)",
     )
     parser.add_argument(
         "--shard", metavar="K/N", help="grade only every N-th student, from the K-th (1-based)"
@@ -520,7 +536,13 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"--keep {args.keep}: the folder must be empty")
 
     print(
-        f"grading {len(indexed)} students x {len(lessons)} lessons, --jobs {args.jobs}, seed {seed}"
+        f"grading {len(indexed)} students x {len(lessons)} lessons, --jobs {args.jobs}"
+        + (
+            ""
+            if any(v in os.environ for v in THREAD_VARIABLES)
+            else f" ({kernel_threads(args.jobs)} torch threads each)"
+        )
+        + f", seed {seed}"
         + (f", shard {shard[0]}/{shard[1]}" if shard else ""),
         file=sys.stderr,
     )
@@ -541,6 +563,7 @@ def main(argv: list[str] | None = None) -> int:
         columns += FIXED_COLUMNS_END
         writer = CsvWriter(out, columns)
         protected = [str(ROOT), str(submissions), str(run), str(out.parent / out.name)]
+        threads = kernel_threads(args.jobs)
         tasks = []
         for index, student in indexed:
             sid = student_id(index, student)
@@ -562,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
                         "seed": task_seed(seed, student, slug),
                         "memory_bytes": int(args.memory_limit * 2**30),
                         "nproc": DEFAULT_NPROC,
+                        "threads": threads,
                         "isolate": not args.no_isolation,
                         "check_modules": check_modules(course / "solutions" / slug),
                         "reference_modules": _reference_modules(kit, slug),

@@ -646,6 +646,8 @@ def kernel_environment(task: dict, work: Path) -> None:
         JUPYTER_RUNTIME_DIR=str(work / "runtime"),
         JUPYTER_CONFIG_DIR=str(tmp / "config"),
     )
+    if "threads" in task and not any(v in os.environ for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")):
+        os.environ.update(OMP_NUM_THREADS=str(task["threads"]), MKL_NUM_THREADS=str(task["threads"]))
 
 
 def grade_submission(task: dict) -> dict:

@@ -52,6 +52,8 @@ class Kernel:
             "reference_modules": ["autograders.references.lesson02"],
             "protected_roots": [str(ROOT), str(tmp / "secret")],
         }
+        if "threads" in config:
+            task["threads"] = config.pop("threads")
         saved = dict(os.environ)
         grade_worker.kernel_environment(task, tmp)
         settings = grade_worker.sandbox_settings(task, tmp)
@@ -217,3 +219,33 @@ def test_a_distributed_job_runs_inside_the_sandbox(tmp_path):
         "2",
         str(4 * (3 * 8 + 3 + 2 * 6 + 2)),
     ]  # FSDP2: rank 1's half (rows padded) of each tensor
+
+
+def test_each_kernel_gets_its_share_of_the_cpus(tmp_path, monkeypatch):
+    """grade.py --jobs N splits the CPUs between the N kernels (torch would start one thread per core in each)."""
+    import grade
+
+    cpus = len(os.sched_getaffinity(0))
+    assert grade.kernel_threads(1) == cpus
+    assert grade.kernel_threads(2) == max(1, cpus // 2)
+    assert grade.kernel_threads(4 * cpus) == 1
+    for variable in grade.THREAD_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    kernel = Kernel(tmp_path, threads=1)
+    try:
+        out, error = kernel.run(
+            "import os, torch\nprint(torch.get_num_threads(), os.environ['OMP_NUM_THREADS'])"
+        )
+    finally:
+        kernel.stop()
+    assert (out.split(), error) == (["1", "1"], None)
+
+
+def test_the_instructors_thread_setting_wins(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    kernel = Kernel(tmp_path, threads=1)
+    try:
+        out, error = kernel.run("import torch\nprint(torch.get_num_threads())")
+    finally:
+        kernel.stop()
+    assert (out.split(), error) == (["2"], None)
