@@ -190,9 +190,13 @@ def graded(tmp_path_factory):
     put("memory_bomb", memory_bomb)
 
     process_bomb = _solution()
-    _cell(process_bomb, "e2_add").source = (  # 2**10 copies of the kernel, each asleep
-        "import os, time\nfor _ in range(10):\n    os.fork()\ntime.sleep(60)\n"
-        + _cell(process_bomb, "e2_add").source
+    # copies of the kernel, each asleep, forked by the kernel itself until a limit stops it: the kernel's own fork
+    # fails (RLIMIT_NPROC) or the sandbox's monitor counts more than 256 (root, where RLIMIT_NPROC does not bind).
+    # (A doubling bomb, os.fork() ten times, raced: the kernel could finish its ten forks before its children
+    # reached the limit, then sleep until the cell's timeout, leaving no evidence of the limit.)
+    _cell(process_bomb, "e2_add").source = (
+        "import os, time\nfor _ in range(1024):\n    if os.fork() == 0:\n        time.sleep(60)\n"
+        "        os._exit(0)\ntime.sleep(60)\n" + _cell(process_bomb, "e2_add").source
     )
     put("process_bomb", process_bomb)
 
