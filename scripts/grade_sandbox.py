@@ -414,6 +414,44 @@ def _comparable(value) -> bool:
     )
 
 
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _frozen(value, depth: int = 0):
+    """A comparable copy of a plain constant (numbers, strings, and tuples, lists, sets and dicts of them), or None
+    when `value` is something else (a tensor, an object): those are not watched by value."""
+    if isinstance(value, _PLAIN):
+        return (type(value), repr(value))  # repr: 0.65 == 0.65, nan == nan, 1 != True
+    if depth > 4 or not isinstance(value, (tuple, list, set, frozenset, dict)) or len(value) > 10_000:
+        return None
+    if isinstance(value, dict):
+        items = [(_frozen(k, depth + 1), _frozen(v, depth + 1)) for k, v in value.items()]
+        parts = sorted(items, key=repr)
+    else:
+        parts = [_frozen(v, depth + 1) for v in value]
+        if isinstance(value, (set, frozenset)):
+            parts = sorted(parts, key=repr)
+    if any(p is None for p in parts) or any(isinstance(p, tuple) and None in p for p in parts):
+        return None
+    return (type(value), tuple(parts))
+
+
+def _constants(kit_prefixes: tuple[str, ...]) -> dict[str, tuple[object, str, object]]:
+    """{label: (module, name, frozen value)} of the kit modules' plain constants (ACCURACY_BAR, tolerances, the
+    import time), compared by value: rebinding or mutating one is as much tampering as replacing a function."""
+    constants = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(kit_prefixes):
+            continue
+        for k, v in list(vars(module).items()):
+            if k.startswith("__") or _comparable(v):
+                continue
+            frozen = _frozen(v)
+            if frozen is not None:
+                constants[f"{name}.{k}"] = (module, k, frozen)
+    return constants
+
+
 def _snapshot(kit_prefixes: tuple[str, ...]) -> dict[str, tuple[object, dict]]:
     """{label: (object whose dict is watched, {name: value})} for the kit, the watched modules and classes."""
     snap = {}
@@ -466,6 +504,7 @@ def install_hook(report_fd: int, key: bytes, config: dict) -> None:
             if isinstance(name, str) and inner is not None:
                 genuine[name] = (inner, inner.__code__)
     snapshot = _snapshot(kit_prefixes)
+    constants = _constants(kit_prefixes)
     preloaded = frozenset(
         path
         for name, m in list(sys.modules.items())
@@ -520,6 +559,9 @@ def install_hook(report_fd: int, key: bytes, config: dict) -> None:
             for name, value in items.items():
                 if now.get(name, None) is not value:
                     changed.append(f"{label}.{name}")
+        for label, (module, name, frozen) in constants.items():
+            if _frozen(vars(module).get(name, None)) != frozen:
+                changed.append(label)
         return changed
 
     def verify_pass(args) -> None:

@@ -249,3 +249,42 @@ def test_the_instructors_thread_setting_wins(tmp_path, monkeypatch):
     finally:
         kernel.stop()
     assert (out.split(), error) == (["2"], None)
+
+
+FORMAT_LIMITS = (
+    "from autograders.lesson02 import check_format_limits\n"
+    "def format_limits(e, m, nan_encoding='ieee'):\n"
+    "    import math\n"
+    "    bias = 2 ** (e - 1) - 1\n"
+    "    top = (2 - 2.0 ** (1 - m), 2**e - 1 - bias) if nan_encoding == 'fn' else (2 - 2.0**-m, 2**e - 2 - bias)\n"
+    "    return {'max': math.ldexp(*top), 'min_normal': 2.0 ** (1 - bias), 'min_subnormal': 2.0 ** (1 - bias - m),"
+    " 'eps': 2.0**-m}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "tampering",
+    [
+        "autograders.lesson02.LIMIT_CASES = autograders.lesson02.LIMIT_CASES[:1]",  # rebinds a constant
+        "autograders.lesson02.LIMIT_CASES.pop()",  # mutates one in place
+    ],
+)
+def test_changing_a_constant_of_the_checks_is_tampering(tmp_path, tampering):
+    """A check module's constants (its cases, a bar, a tolerance) are watched by value like its functions: lesson 08's
+    check passed a run that learned nothing once the submission set `ACCURACY_BAR = 0.0`."""
+    kernel = Kernel(tmp_path)
+    try:
+        out, error = kernel.run(
+            FORMAT_LIMITS
+            + "import autograders.lesson02\n"
+            + tampering
+            + "\ncheck_format_limits(format_limits)"
+        )
+    finally:
+        kernel.stop()
+    assert error == "RuntimeError", out
+    records = kernel.records()
+    assert not [r for r in records if r["kind"] == "pass"]
+    assert any(
+        "autograders.lesson02.LIMIT_CASES" in r.get("text", "") for r in records if r["kind"] == "flag"
+    )
