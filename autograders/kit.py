@@ -28,6 +28,7 @@ import os
 import random
 import sys
 import traceback
+import types
 
 from memlab.hardware import unmet_requirements
 from memlab.notebook import LessonMessage, unwritten_parts
@@ -85,6 +86,17 @@ def references(lesson: str):
             "grading for credit needs autograders/references/, which the learner release leaves out: grade with "
             "the instructor's copy of the course"
         ) from None
+
+
+def read_only(value):
+    """`value` with every dict made a read-only mapping and every list a tuple, all the way down: what a check
+    caches (stored answers of the public cases, reference tables) is reachable from submitted code in the same
+    kernel, and a mutable cache could be rewritten to agree with a wrong answer."""
+    if isinstance(value, dict):
+        return types.MappingProxyType({k: read_only(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(read_only(v) for v in value)
+    return value
 
 
 def drawn(i: int, description: str) -> str:

@@ -31,6 +31,7 @@ from autograders.kit import (
     expect_type,
     grading_rng,
     how_far,
+    read_only,
     references,
 )
 from memlab.formats import FORMATS, LESSON_FORMATS, FloatFormat, bit_fields, to_bits
@@ -115,7 +116,7 @@ def _decode_reference(name: str) -> tuple[list[int], list[float]]:
         raise RuntimeError(
             f"torch and numpy disagree on some {name} bit patterns: the check cannot be trusted"
         )
-    return patterns, by_torch.tolist()
+    return read_only((patterns, by_torch.tolist()))
 
 
 def pattern_class(bits: int, f: FloatFormat) -> str:
@@ -404,7 +405,9 @@ DATA = Path(__file__).resolve().parent / "data" / "lesson02.json"
 def public_ulps() -> dict[str, dict[str, float]]:
     """{format: {x.hex(): ulp}} of the public cases, stored (scripts/make_check_data.py)."""
     stored = json.loads(DATA.read_text())["ulp"]
-    return {name: {x: float.fromhex(u) for x, u in table.items()} for name, table in stored.items()}
+    return read_only(
+        {name: {x: float.fromhex(u) for x, u in table.items()} for name, table in stored.items()}
+    )
 
 
 def _drawn_ulp_cases(rng) -> list[tuple[str, float, str, float]]:

@@ -37,6 +37,7 @@ from autograders.kit import (
     grading_rng,
     how_far,
     needs_hardware,
+    read_only,
     references,
 )
 from memlab.measure import track_memory
@@ -116,7 +117,9 @@ def _underflow_cases():
 @functools.cache
 def public_underflow() -> dict[str, float]:
     """{case name: fraction} of the public cases, stored (scripts/make_check_data.py)."""
-    return {name: float.fromhex(v) for name, v in json.loads(DATA.read_text())["underflow_fraction"].items()}
+    return read_only(
+        {name: float.fromhex(v) for name, v in json.loads(DATA.read_text())["underflow_fraction"].items()}
+    )
 
 
 def _drawn_underflow_cases(rng: random.Random):

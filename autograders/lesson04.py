@@ -46,6 +46,7 @@ from autograders.kit import (
     grading_rng,
     how_far,
     needs_hardware,
+    read_only,
     references,
 )
 from memlab.measure import track_memory
@@ -57,7 +58,7 @@ DATA = Path(__file__).resolve().parent / "data" / "lesson04.json"
 
 @functools.cache
 def stored() -> dict:
-    return json.loads(DATA.read_text())
+    return read_only(json.loads(DATA.read_text()))
 
 
 # ---- e1: llama_layer_saved_bytes ----------------------------------------------------------------------------------

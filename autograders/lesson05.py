@@ -41,6 +41,7 @@ from autograders.kit import (
     expect_type,
     grading_rng,
     how_far,
+    read_only,
 )
 from memlab.models import build_model, mlp, tiny_bert_config, tiny_llama_config
 
@@ -608,7 +609,9 @@ def public_zero_bytes() -> dict:
         for widths in ZERO_WIDTHS
         for strategy in ZERO_STRATEGIES
     }
-    return {names[key]: value for key, value in json.loads(DATA.read_text())["zero_bytes_per_rank"].items()}
+    return read_only(
+        {names[key]: value for key, value in json.loads(DATA.read_text())["zero_bytes_per_rank"].items()}
+    )
 
 
 def _zero_formula_cases():

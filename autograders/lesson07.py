@@ -38,6 +38,7 @@ from autograders.kit import (
     grading_rng,
     how_far,
     needs_hardware,
+    read_only,
     references,
 )
 from memlab.formats import get_format
@@ -49,7 +50,7 @@ FP32_MAX = torch.finfo(torch.float32).max
 
 @functools.cache
 def stored() -> dict:
-    return json.loads(DATA.read_text())
+    return read_only(json.loads(DATA.read_text()))
 
 
 def spacing(target: torch.Tensor, fmt: str) -> torch.Tensor:

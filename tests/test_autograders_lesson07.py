@@ -158,7 +158,9 @@ def test_e1_under_strict_grading_draws_three_tensors_per_format(monkeypatch, cap
 
 def test_the_stored_scales_are_the_references():
     for name, *rest in E2_PUBLIC:
-        assert [s.hex() for s in scales_of(ref.DelayedScaler, *rest)] == stored()["delayed_scaler"][name]
+        assert [s.hex() for s in scales_of(ref.DelayedScaler, *rest)] == list(
+            stored()["delayed_scaler"][name]
+        )
 
 
 # ---- e1 ----------------------------------------------------------------------------------------------------------

@@ -571,3 +571,26 @@ def test_format_preflight_with_a_gpu():
     line = hardware.format_preflight(report)
     assert line.endswith("NVIDIA H100 (sm_90), 78.5 of 79.1 GiB free")
     assert "peft —" in line
+
+
+def test_cached_answers_of_the_checks_cannot_be_rewritten():
+    """A check's cached table of expected answers is reachable from submitted code: it must refuse to change."""
+    from autograders import lesson02, lesson03, lesson04, lesson05, lesson07
+
+    table = lesson02.public_ulps()
+    with pytest.raises(TypeError):
+        table["fp32"]["0x1.0000000000000p+0"] = 0.0
+    with pytest.raises(TypeError):
+        table["fp32"] = {}
+    with pytest.raises(AttributeError):
+        lesson02._decode_reference("fp16")[1].append(0.0)
+    for cached in (
+        lesson03.public_underflow(),
+        lesson04.stored(),
+        lesson05.public_zero_bytes(),
+        lesson07.stored(),
+    ):
+        key = next(iter(cached))
+        with pytest.raises(TypeError):
+            cached[key] = None
+    assert kit.read_only({"a": [1, {"b": [2]}]}) == {"a": (1, {"b": (2,)})}
