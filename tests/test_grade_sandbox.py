@@ -106,6 +106,18 @@ class Kernel:
         self.km.shutdown_kernel(now=True)
 
 
+#: a right answer to lesson 02's Exercise 2.2, for the checks run in a kernel below
+FORMAT_LIMITS = (
+    "from autograders.lesson02 import check_format_limits\n"
+    "def format_limits(e, m, nan_encoding='ieee'):\n"
+    "    import math\n"
+    "    bias = 2 ** (e - 1) - 1\n"
+    "    top = (2 - 2.0 ** (1 - m), 2**e - 1 - bias) if nan_encoding == 'fn' else (2 - 2.0**-m, 2**e - 2 - bias)\n"
+    "    return {'max': math.ldexp(*top), 'min_normal': 2.0 ** (1 - bias), 'min_subnormal': 2.0 ** (1 - bias - m),"
+    " 'eps': 2.0**-m}\n"
+)
+
+
 @pytest.fixture(params=["default", "user namespace", "no namespaces"])
 def kernel(request, tmp_path):
     config = {
@@ -152,16 +164,7 @@ def test_the_kernel_is_confined(kernel):
 
 
 def test_a_genuine_pass_is_recorded_and_a_forged_one_is_not(kernel):
-    out, error = kernel.run(
-        "from autograders.lesson02 import check_format_limits, reference_limits\n"
-        "def format_limits(e, m, nan_encoding='ieee'):\n"
-        "    import math\n"
-        "    bias = 2 ** (e - 1) - 1\n"
-        "    top = (2 - 2.0 ** (1 - m), 2**e - 1 - bias) if nan_encoding == 'fn' else (2 - 2.0**-m, 2**e - 2 - bias)\n"
-        "    return {'max': math.ldexp(*top), 'min_normal': 2.0 ** (1 - bias), 'min_subnormal': 2.0 ** (1 - bias - m),"
-        " 'eps': 2.0**-m}\n"
-        "check_format_limits(format_limits)"
-    )
+    out, error = kernel.run(FORMAT_LIMITS + "check_format_limits(format_limits)")
     assert error is None and "✓ e2_format_limits" in out
     out, error = kernel.run("import sys\nsys.audit('memlab.check.passed', 'e4_ulp', 55)")
     assert error == "RuntimeError"
@@ -249,17 +252,6 @@ def test_the_instructors_thread_setting_wins(tmp_path, monkeypatch):
     finally:
         kernel.stop()
     assert (out.split(), error) == (["2"], None)
-
-
-FORMAT_LIMITS = (
-    "from autograders.lesson02 import check_format_limits\n"
-    "def format_limits(e, m, nan_encoding='ieee'):\n"
-    "    import math\n"
-    "    bias = 2 ** (e - 1) - 1\n"
-    "    top = (2 - 2.0 ** (1 - m), 2**e - 1 - bias) if nan_encoding == 'fn' else (2 - 2.0**-m, 2**e - 2 - bias)\n"
-    "    return {'max': math.ldexp(*top), 'min_normal': 2.0 ** (1 - bias), 'min_subnormal': 2.0 ** (1 - bias - m),"
-    " 'eps': 2.0**-m}\n"
-)
 
 
 @pytest.mark.parametrize(
