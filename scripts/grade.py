@@ -53,6 +53,7 @@ from pathlib import Path
 SCRIPTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(SCRIPTS))
 from build_lessons import ROOT, lesson_dirs, load_config  # noqa: E402
+from grade_worker import THREAD_VARIABLES  # noqa: E402
 
 KERNEL_NAME = "memlab-grading"
 FIXED_COLUMNS_END = ["total", "max", "needs_manual", "flags", "notes"]
@@ -180,9 +181,6 @@ def isolation_problem() -> str | None:
 
 
 # ---- students, tasks, workers ----------------------------------------------------------------------------------
-
-
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def kernel_threads(jobs: int) -> int:
@@ -535,13 +533,10 @@ def main(argv: list[str] | None = None) -> int:
         if any(args.keep.iterdir()):
             fail(f"--keep {args.keep}: the folder must be empty")
 
+    threads = kernel_threads(args.jobs)
     print(
         f"grading {len(indexed)} students x {len(lessons)} lessons, --jobs {args.jobs}"
-        + (
-            ""
-            if any(v in os.environ for v in THREAD_VARIABLES)
-            else f" ({kernel_threads(args.jobs)} torch threads each)"
-        )
+        + ("" if any(v in os.environ for v in THREAD_VARIABLES) else f" ({threads} torch threads each)")
         + f", seed {seed}"
         + (f", shard {shard[0]}/{shard[1]}" if shard else ""),
         file=sys.stderr,
@@ -563,7 +558,6 @@ def main(argv: list[str] | None = None) -> int:
         columns += FIXED_COLUMNS_END
         writer = CsvWriter(out, columns)
         protected = [str(ROOT), str(submissions), str(run), str(out.parent / out.name)]
-        threads = kernel_threads(args.jobs)
         tasks = []
         for index, student in indexed:
             sid = student_id(index, student)

@@ -47,6 +47,8 @@ INTERRUPT_GRACE = 10.0  # seconds a cell gets to stop after the timeout's interr
 NOTE_CHARS = 200
 SKIPPED_FOLDERS = {".ipynb_checkpoints", "__pycache__", "autograders", "memlab"}
 KERNEL_NAME = "memlab-grading"
+#: set by the instructor, these win over the share of the CPUs that grade.py gives each kernel
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class Refused(Exception):
@@ -646,8 +648,8 @@ def kernel_environment(task: dict, work: Path) -> None:
         JUPYTER_RUNTIME_DIR=str(work / "runtime"),
         JUPYTER_CONFIG_DIR=str(tmp / "config"),
     )
-    if "threads" in task and not any(v in os.environ for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")):
-        os.environ.update(OMP_NUM_THREADS=str(task["threads"]), MKL_NUM_THREADS=str(task["threads"]))
+    if "threads" in task and not any(v in os.environ for v in THREAD_VARIABLES):
+        os.environ.update(dict.fromkeys(THREAD_VARIABLES, str(task["threads"])))
 
 
 def grade_submission(task: dict) -> dict:
