@@ -1,27 +1,54 @@
-"""The check kit every lesson's autograder is built from (design brief §4).
+"""The check kit every lesson's autograder is built from: one check, two ways to run it.
 
-A check is a function decorated with `@check("eK_slug")` that takes the learner's object, runs it on its own cases
-and returns how many cases it ran. The decorator turns every failure into one `CheckFailed` with a message that
-says which case, what was expected, what was got and the tolerance, raised from the check's own frame; in a
-notebook it is shown as that message alone (memlab.notebook), still as an error, so nbgrader, Validate and nbval
-count the cell as failed. On success it prints one line and returns None (nbgrader would read a returned value as
-partial credit).
+A check is a function decorated with `@check("eK_slug", points=P)` that takes the learner's object(s), runs them on
+its own cases and returns how many cases it ran. Every failure becomes one `CheckFailed` whose message says which
+case, what was expected, what was got and the tolerance (in a notebook it is shown as that message alone, still as
+an error, so nbgrader, Validate and nbval count the cell as failed). On success it prints one line and returns None
+(nbgrader would read a returned value as partial credit).
+
+**Where the verdict is reached.** A check's body is written once, in three kinds of step:
+
+- *learner steps* run the learner's code and observe what it did: `call(fn, *args, case=...)` (the learner's
+  function on one input) and `learner(label, step)` (anything more: build an object, call its methods, read what
+  it changed). What a learner step returns must be plain data (autograders/wire.py);
+- *reference steps*, `reference(compute)`: the expected values (a measurement, a reference implementation, drawn
+  answers);
+- everything else, the check's own inputs and its comparisons (`expect_close`, ..., or code under `judging()`).
+
+The mode decides where each kind runs:
+
+| mode | where | learner steps | reference steps | comparisons |
+|---|---|---|---|---|
+| learner (default) | a learner's JupyterLab | run | run | at once: the verdict in the kernel |
+| collect (`COURSE_GRADING=collect`) | the grading kernel | run, recorded | skipped | only those on learner data |
+| judge | a process of the grader that never runs submitted code | replayed from the record | run | all: the verdict |
+| strict (`COURSE_GRADING=strict`) | tests | collect, then judge, in one process | | |
+
+Under grading the kernel that runs the submission only *collects*: the check cell shows its record (a transcript of
+plain data, `TRANSCRIPT_MIME`) and nothing else; expected values, grading references and drawn answers are never
+computed there. The judge (grading/judge.py) runs the same check again with the learner's objects replaced by
+`Absent` placeholders: each learner step returns what the transcript says the learner's code returned, each
+reference step computes the expected value, and the comparisons decide. A transcript that does not match the
+check's own steps (another label, a missing record) fails. So nothing the submitted code does inside its own
+process (replace a check, patch torch, read a frame, forge a record) can change what the judge expects; it can only
+change what the learner's code is recorded to have returned, which is what is graded anyway.
 
 Stages, in this order, so that an unwritten exercise never passes on any machine: `expect_callable` (defined, a
 function or class, not the lesson's stub), then whatever runs here (a tiny run on the CPU, the type of the result),
 then `needs_hardware(...)` before the part that needs a GPU or a package. Where that is missing, a learner sees
-`NOT CHECKED HERE: needs ..., found ...`; under `COURSE_GRADING=strict` (set by scripts/grade.py) the check raises
-`NotGradedHere` with the same text, so the instructor sees why the cell scored 0.
+`NOT CHECKED HERE: needs ..., found ...`; under grading the check raises `NotGradedHere` with the same text, so the
+instructor sees why the cell scored 0.
 
-The grading mode and the grading seed are read once, when the kit is imported: scripts/grade.py imports it before
-any submitted code runs. Under strict grading a check also runs cases drawn from `grading_seed()`, so that an answer
-hard-coded to the public cases fails, and a passed check announces itself with `sys.audit(PASS_EVENT, name, n)`,
-which scripts/grade_sandbox.py verifies (it is a no-op anywhere else).
+Under grading a check also runs cases drawn from the grading seed (`drawn_cases`), so that an answer hard-coded to
+the public cases fails. The mode and the seed are read once, when the kit is imported.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
+import json
 import math
 import numbers
 import os
@@ -30,15 +57,18 @@ import sys
 import traceback
 import types
 
+from autograders import wire
 from memlab.hardware import unmet_requirements
 from memlab.notebook import LessonMessage, unwritten_parts
 
 GRADING_ENV = "COURSE_GRADING"
 SEED_ENV = "COURSE_GRADING_SEED"
-PASS_EVENT = "memlab.check.passed"
+TRANSCRIPT_MIME = "application/vnd.memlab.transcript+json"
 
-_STRICT = os.environ.get(GRADING_ENV, "").lower() == "strict"
-_SEED = int(os.environ[SEED_ENV]) if _STRICT and os.environ.get(SEED_ENV, "").isdigit() else None
+LEARNER, COLLECT, JUDGE, STRICT = "learner", "collect", "judge", "strict"
+
+_MODE = {"collect": COLLECT, "strict": STRICT}.get(os.environ.get(GRADING_ENV, "").lower(), LEARNER)
+_SEED = int(os.environ[SEED_ENV]) if _MODE != LEARNER and os.environ.get(SEED_ENV, "").isdigit() else None
 
 
 class CheckFailed(LessonMessage, AssertionError):
@@ -46,7 +76,7 @@ class CheckFailed(LessonMessage, AssertionError):
 
 
 class NotGradedHere(LessonMessage, RuntimeError):
-    """Strict grading on a machine that lacks what the check needs."""
+    """Grading on a machine that lacks what the check needs."""
 
 
 class NotCheckedHere(Exception):
@@ -54,29 +84,41 @@ class NotCheckedHere(Exception):
 
     def __init__(self, needs: str, found: str, passed: str):
         super().__init__(f"NOT CHECKED HERE: needs {needs}, found {found}")
-        self.passed = passed
+        self.needs, self.found, self.passed = needs, found, passed
+
+
+class TranscriptMismatch(Exception):
+    """The judge's replay met a record that is not the one its own step expects (or none)."""
 
 
 def grading_strict() -> bool:
-    return _STRICT
+    """True while grading (and in the tests' strict mode): drawn cases, NotGradedHere for missing hardware."""
+    return _MODE != LEARNER
 
 
 def grading_seed() -> int | None:
-    """The seed of the cases drawn at grading time (strict grading only; None for a learner)."""
+    """The seed of the cases drawn at grading time (None for a learner)."""
     return _SEED
 
 
 def grading_rng(check_name: str) -> random.Random | None:
-    """Under strict grading, the random generator of the cases `check_name` draws on top of its public ones (its
-    own stream of the grading seed); None for a learner, whose checks run the public cases only."""
+    """Under grading, the random generator of the cases `check_name` draws on top of its public ones (its own
+    stream of the grading seed); None for a learner, whose checks run the public cases only."""
     if _SEED is None:
         return None
     return random.Random(f"{_SEED}/{check_name}")
 
 
+def drawn_cases(check_name: str, count: int, draw) -> list:
+    """`count` cases drawn at grading time, `draw(rng, i)` for i = 1..count, all from `check_name`'s stream of the
+    grading seed; [] for a learner."""
+    rng = grading_rng(check_name)
+    return [] if rng is None else [draw(rng, i) for i in range(1, count + 1)]
+
+
 def references(lesson: str):
-    """The grading references of a lesson (autograders/references/lessonNN.py), for the cases drawn at grading
-    time; they are not in the learner release, so grading for credit needs the instructor's copy of the course."""
+    """The grading references of a lesson (autograders/references/lessonNN.py). Call it only inside a reference
+    step: they are not in the learner release, and a grading kernel cannot import them."""
     import importlib
 
     try:
@@ -89,9 +131,8 @@ def references(lesson: str):
 
 
 def read_only(value):
-    """`value` with every dict made a read-only mapping and every list a tuple, all the way down: what a check
-    caches (stored answers of the public cases, reference tables) is reachable from submitted code in the same
-    kernel, and a mutable cache could be rewritten to agree with a wrong answer."""
+    """`value` with every dict made a read-only mapping and every list a tuple, all the way down (a check's cached
+    tables, shared between its cases)."""
     if isinstance(value, dict):
         return types.MappingProxyType({k: read_only(v) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
@@ -104,42 +145,352 @@ def drawn(i: int, description: str) -> str:
     return f"drawn at grading time #{i}, {description}"
 
 
-def check(name: str):
-    """Decorate a check: clean failure messages, one success line, returns None."""
+# ---- the record of one run of a check: what the learner's code returned, step by step ----------------------------
+
+
+@dataclasses.dataclass
+class Record:
+    """One learner step: its label and either the plain value it returned (`value`, encoded by autograders.wire),
+    the CheckFailed message it ended with (`failed`), or the requirement it found missing (`missing`:
+    needs, found, passed)."""
+
+    label: str
+    value: object = None
+    failed: str | None = None
+    missing: tuple[str, str, str] | None = None
+
+    def to_data(self) -> dict:
+        data = {"label": self.label, "value": self.value, "failed": self.failed}
+        data["missing"] = None if self.missing is None else list(self.missing)
+        return {k: v for k, v in data.items() if v is not None or k == "label"}
+
+    @classmethod
+    def from_data(cls, data) -> Record:
+        if type(data) is not dict or type(data.get("label")) is not str:
+            raise ValueError("a record without a label")
+        failed, missing = data.get("failed"), data.get("missing")
+        if failed is not None and type(failed) is not str:
+            raise ValueError("a malformed failure")
+        if missing is not None:
+            if type(missing) is not list or len(missing) != 3 or not all(type(m) is str for m in missing):
+                raise ValueError("a malformed missing requirement")
+            missing = tuple(missing)
+        return cls(data["label"], data.get("value"), failed, missing)
+
+
+@dataclasses.dataclass
+class Transcript:
+    """What one check cell collected under grading: the check's name and its learner steps, in order."""
+
+    check: str
+    records: list[Record]
+
+    def to_data(self) -> dict:
+        return {"check": self.check, "records": [r.to_data() for r in self.records]}
+
+    @classmethod
+    def from_data(cls, data) -> Transcript:
+        if type(data) is not dict or type(data.get("check")) is not str or type(data.get("records")) is not list:
+            raise ValueError("not a transcript")
+        return cls(data["check"], [Record.from_data(r) for r in data["records"]])
+
+
+class Absent:
+    """The learner's object in the judge, which never has it: any use outside a learner step is a bug of the check."""
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "_name", name)
+
+    def __repr__(self) -> str:
+        return f"<the learner's {object.__getattribute__(self, '_name')}, absent from the judge>"
+
+    def _misuse(self, *args, **kwargs):
+        raise RuntimeError(f"check bug: {self!r} was used outside a learner step")
+
+    __call__ = __getattr__ = __setattr__ = __getitem__ = __iter__ = __len__ = __bool__ = _misuse
+
+
+class _Run:
+    """The state of one run of a check in one mode."""
+
+    def __init__(self, mode: str, transcript: Transcript | None = None):
+        self.mode = mode
+        self.records: list[Record] = [] if transcript is None else list(transcript.records)
+        self.position = 0
+        self.depth = 0  # > 0 inside a learner step: nested steps run as plain code
+        self.fingerprint = ""
+
+    def step(self, label: str, fn):
+        if self.depth or self.mode == LEARNER:
+            return self._live(label, fn)
+        if self.mode == COLLECT:
+            return self._collect(label, fn)
+        return self._replay(label)
+
+    def _live(self, label: str, fn):
+        if self.depth:
+            return fn()
+        self.depth += 1
+        try:
+            value = fn()
+        finally:
+            self.depth -= 1
+        return _plain(value, label)
+
+    def _collect(self, label: str, fn):
+        self.depth += 1
+        try:
+            value = fn()
+        except CheckFailed as failure:
+            self.records.append(Record(label, failed=str(failure)))
+            raise
+        except NotCheckedHere as missing:
+            self.records.append(Record(label, missing=(missing.needs, missing.found, missing.passed)))
+            raise
+        finally:
+            self.depth -= 1
+        try:
+            encoded = wire.encode(value, what=_what(label))
+        except wire.NotPlainData as refused:
+            failure = _not_plain(refused, label)
+            self.records.append(Record(label, failed=str(failure)))
+            raise failure from None
+        self.records.append(Record(label, value=encoded))
+        return wire.decode(encoded)
+
+    def _replay(self, label: str):
+        if self.position >= len(self.records):
+            raise TranscriptMismatch(f"the record ends before the step {label!r}")
+        record = self.records[self.position]
+        self.position += 1
+        if record.label != label:
+            raise TranscriptMismatch(f"the step {label!r} was recorded as {record.label!r}")
+        if record.failed is not None:
+            raise CheckFailed(record.failed)
+        if record.missing is not None:
+            raise NotCheckedHere(*record.missing)
+        try:
+            return wire.decode(record.value)
+        except (ValueError, TypeError, OverflowError) as bad:
+            raise TranscriptMismatch(f"the value recorded for {label!r} is malformed ({bad})") from None
+
+
+def _what(label: str) -> str:
+    return f"what your code gave in case {label}"
+
+
+def _not_plain(refused: wire.NotPlainData, label: str) -> CheckFailed:
+    return CheckFailed(
+        f"case {label}: {refused}; a check takes only numbers, strings, bool, None, lists, tuples and dicts of "
+        "them, and torch tensors (graded outside your notebook, a value is passed on as plain data)."
+    )
+
+
+def _plain(value, label: str):
+    """What the judge would see of `value`: the same refusal in a learner's notebook as under grading."""
+    try:
+        return wire.roundtrip(value, what=_what(label))
+    except wire.NotPlainData as refused:
+        raise _not_plain(refused, label) from None
+
+
+_RUN: list[_Run] = []  # the run of the check in progress (a stack: a check may call another's helpers)
+
+
+def _current() -> _Run:
+    return _RUN[-1] if _RUN else _Run(LEARNER)
+
+
+@contextlib.contextmanager
+def _running(run: _Run):
+    _RUN.append(run)
+    try:
+        yield run
+    finally:
+        _RUN.pop()
+
+
+def learner(label: str, step):
+    """A learner step: `step()` runs the learner's code (build an object, call its methods, read what it changed)
+    and returns what the check needs of it, as plain data. In the judge it is not run: the recorded value is
+    returned (or the recorded CheckFailed raised). Labels name the case, as messages do."""
+    return _current().step(label, step)
+
+
+def reference(compute):
+    """A reference step: `compute()` gives expected values. Skipped in the grading kernel (it returns `DEFERRED`,
+    which the `expect_*` helpers ignore); run by the judge and in a learner's notebook."""
+    if _current().mode == COLLECT:
+        return DEFERRED
+    return compute()
+
+
+def fingerprint(data: bytes) -> None:
+    """In a reference or judging step: name what the learner handed in (e.g. the weights of a trained adapter) by
+    its SHA-256, so that the grader can flag identical work handed in by different students."""
+    import hashlib
+
+    _current().fingerprint = hashlib.sha256(data).hexdigest()
+
+
+def judging() -> bool:
+    """False only in the grading kernel: guard a comparison written by hand (`if judging() and got != ...:`)."""
+    return _current().mode != COLLECT
+
+
+class _Deferred:
+    def __repr__(self) -> str:
+        return "DEFERRED"
+
+
+DEFERRED = _Deferred()  # what a reference step gives in the grading kernel
+
+
+# ---- the decorator: one declaration of a check ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """A check as the grader, the judge, the build and the tests know it: declared once, by `@check`."""
+
+    name: str
+    points: float
+    function: object  # the undecorated check
+    module: str
+    #: a measurement of the learner's code (memory, time): under grading the judge collects it again in a fresh
+    #: process that holds only the learner's definitions (grading/rerun.py), not from the kernel's transcript
+    rerun: bool = False
+
+    @property
+    def cell(self) -> str:
+        """The grade id of the notebook cell that runs this check."""
+        return f"{self.name}_check"
+
+
+REGISTRY: dict[str, Check] = {}  # "module:name" -> Check, filled as check modules are imported
+
+
+@dataclasses.dataclass
+class Verdict:
+    """How a check ended: `passed` with `cases`, or not with the learner's `message`; `not_checked` (a learner's
+    machine) or `not_graded` (grading) when the machine lacks what the check needs."""
+
+    passed: bool
+    cases: int = 0
+    message: str = ""
+    not_checked: bool = False
+    not_graded: bool = False
+    fingerprint: str = ""  # see `fingerprint()`
+
+
+def check(name: str, points: float, *, rerun: bool = False):
+    """Declare a check: its name (the grade id of its exercise), its points, and whether it measures the learner's
+    code (`rerun`, see `Check.rerun`)."""
 
     def decorate(check_fn):
+        declared = Check(name, float(points), check_fn, check_fn.__module__, rerun)
+        REGISTRY[f"{declared.module}:{name}"] = declared
+
         @functools.wraps(check_fn)
         def run(*args, **kwargs):
-            try:
-                n_cases = check_fn(*args, **kwargs)
-            except CheckFailed as failure:
-                message = f"{name}: {failure}"
-            except NotCheckedHere as missing:
-                if _STRICT:
-                    raise NotGradedHere(str(missing)) from None
-                passed = f" What can be checked here passed: {missing.passed}." if missing.passed else ""
-                print(f"{name}: {missing}.{passed}")
-                return None
-            except NotGradedHere:
-                raise
-            except Exception as bug:  # a bug in the check itself: say so plainly, never blame the learner
-                raise RuntimeError(
-                    f"{name}: the check itself crashed ({type(bug).__name__}: {bug})."
-                ) from bug
+            if _MODE == COLLECT:
+                return _collect_and_show(declared, args, kwargs)
+            if _MODE == STRICT:
+                verdict = _strict(declared, args, kwargs)
             else:
-                if isinstance(n_cases, bool) or not isinstance(n_cases, int) or n_cases < 1:
-                    raise RuntimeError(
-                        f"{name}: the check itself is broken (it returned {n_cases!r}, not a count)."
-                    )
-                sys.audit(PASS_EVENT, name, n_cases)
-                print(f"✓ {name}: {n_cases} case{'s' if n_cases != 1 else ''} passed")
+                verdict = _outcome(declared, _Run(LEARNER), args, kwargs)
+            if verdict.not_graded:
+                raise NotGradedHere(verdict.message) from None
+            if verdict.not_checked:
+                print(verdict.message)
                 return None
-            raise CheckFailed(message) from None
+            if not verdict.passed:
+                raise CheckFailed(verdict.message) from None
+            print(_success_line(name, verdict.cases))
+            return None
 
         run.check_name = name
+        run.check = declared
         return run
 
     return decorate
+
+
+def _success_line(name: str, cases: int) -> str:
+    return f"✓ {name}: {cases} case{'s' if cases != 1 else ''} passed"
+
+
+def _outcome(declared: Check, run: _Run, args, kwargs) -> Verdict:
+    """Run the check in `run`'s mode; its verdict (a bug of the check itself propagates as RuntimeError)."""
+    name = declared.name
+    with _running(run):
+        try:
+            n_cases = declared.function(*args, **kwargs)
+        except CheckFailed as failure:
+            return Verdict(False, message=f"{name}: {failure}")
+        except NotCheckedHere as missing:
+            if run.mode != LEARNER:
+                return Verdict(False, message=str(missing), not_graded=True)
+            passed = f" What can be checked here passed: {missing.passed}." if missing.passed else ""
+            return Verdict(False, message=f"{name}: {missing}.{passed}", not_checked=True)
+        except NotGradedHere as not_graded:
+            return Verdict(False, message=str(not_graded), not_graded=True)
+        except TranscriptMismatch:
+            raise
+        except Exception as bug:  # a bug in the check itself: say so plainly, never blame the learner
+            raise RuntimeError(f"{name}: the check itself crashed ({type(bug).__name__}: {bug}).") from bug
+    if run.mode == COLLECT:
+        return Verdict(True)
+    if isinstance(n_cases, bool) or not isinstance(n_cases, int) or n_cases < 1:
+        raise RuntimeError(f"{name}: the check itself is broken (it returned {n_cases!r}, not a count).")
+    if run.mode == JUDGE and run.position != len(run.records):
+        raise TranscriptMismatch(f"the record has {len(run.records) - run.position} step(s) the check never took")
+    return Verdict(True, cases=n_cases, fingerprint=run.fingerprint)
+
+
+def collect(declared: Check, args, kwargs) -> Transcript:
+    """Run a check the grading kernel's way: the learner's code on the check's inputs, recorded; no verdict."""
+    run = _Run(COLLECT)
+    try:
+        _outcome(declared, run, args, kwargs)
+    except RuntimeError:
+        pass  # the judge will meet the same crash, or the end of the record, and say so
+    return Transcript(declared.name, run.records)
+
+
+def judge(declared: Check, transcript: Transcript, n_args: int = 1, kwarg_names=()) -> Verdict:
+    """The verdict on a transcript, reached without the learner's objects (`Absent` in their place)."""
+    if transcript.check != declared.name:
+        return Verdict(False, message=f"{declared.name}: the record is of another check ({transcript.check!r})")
+    args = [Absent(f"argument {i + 1}") for i in range(n_args)]
+    kwargs = {k: Absent(k) for k in kwarg_names}
+    run = _Run(JUDGE, transcript)
+    try:
+        return _outcome(declared, run, args, kwargs)
+    except TranscriptMismatch as mismatch:
+        return Verdict(False, message=f"{declared.name}: the record of this check does not match it: {mismatch}")
+
+
+def _strict(declared: Check, args, kwargs) -> Verdict:
+    """The tests' strict mode: collect with the learner's objects, then judge the record, in this process."""
+    transcript = collect(declared, args, kwargs)
+    data = Transcript.from_data(json.loads(json.dumps(transcript.to_data())))  # as it travels under grading
+    return judge(declared, data, len(args), tuple(kwargs))
+
+
+def _collect_and_show(declared: Check, args, kwargs) -> None:
+    transcript = collect(declared, args, kwargs)
+    text = (
+        f"{declared.name}: collected for grading ({len(transcript.records)} step(s)); the verdict is reached "
+        "outside this notebook"
+    )
+    try:
+        from IPython.display import display
+
+        display({TRANSCRIPT_MIME: transcript.to_data(), "text/plain": text}, raw=True)
+    except ImportError:
+        print(text)
+    return None
 
 
 def needs_hardware(
@@ -152,18 +503,31 @@ def needs_hardware(
 ) -> None:
     """Inside a check, after the stages that run anywhere: stop here unless this machine has what the rest needs.
 
-    `passed` says in a few words what was already checked (shown to the learner next to NOT CHECKED HERE).
+    `passed` says in a few words what was already checked (shown to the learner next to NOT CHECKED HERE). Under
+    grading both the kernel's machine (a learner step) and the judge's must have it.
     """
-    unmet = unmet_requirements(cuda, min_capability, min_gpu_gb, packages)
-    if unmet is not None:
-        raise NotCheckedHere(*unmet, passed)
+    requirement = (cuda, min_capability, min_gpu_gb, tuple(packages))
+
+    def here() -> None:
+        unmet = unmet_requirements(*requirement)
+        if unmet is not None:
+            raise NotCheckedHere(*unmet, passed)
+
+    if _current().mode == JUDGE:
+        here()
+    learner(f"needs {requirement}", here)
 
 
 # ---- the stages of a check: exists / callable -> type, shape, dtype, device -> values --------------------------
 
 
 def expect_callable(obj, name: str) -> None:
-    """Stage one: `name` is defined, is a function or a class, and is not (entirely or partly) the lesson's stub."""
+    """Stage one: `name` is defined, is a function or a class, and is not (entirely or partly) the lesson's stub.
+    A learner step: the judge replays what the kernel found."""
+    learner(f"`{name}` is written", lambda: _expect_callable(obj, name))
+
+
+def _expect_callable(obj, name: str) -> None:
     if obj is None or obj is ...:
         raise CheckFailed(f"`{name}` is not defined yet (it is None): write it, run its cell, then this one.")
     if not callable(obj):
@@ -179,7 +543,13 @@ def expect_callable(obj, name: str) -> None:
 
 
 def call(fn, *args, case: str, **kwargs):
-    """Call the learner's function; if it raises, fail with its error and the line of their code that raised."""
+    """The learner's function on one input, as a learner step: its result, as plain data (autograders/wire.py).
+    If it raises, fail with its error and the line of their code that raised. Inside a `learner` step it is a plain
+    call and returns the result itself."""
+    return learner(case, lambda: _call(fn, args, kwargs, case))
+
+
+def _call(fn, args, kwargs, case: str):
     try:
         return fn(*args, **kwargs)
     except Exception as error:
@@ -249,6 +619,8 @@ def expect_close(
     """
     expect_type(got, numbers.Real, case=case, what=what)
     expect_finite(got, case=case, what=what)
+    if expected is DEFERRED:
+        return
     got, expected = float(got), float(expected)
     tolerance = atol + rtol * abs(expected)
     if abs(got - expected) <= tolerance:
@@ -281,7 +653,7 @@ def how_far(got: float, expected: float) -> str:
 
 
 def expect_equal(got, expected, *, case: str, what: str, reveal: bool = True) -> None:
-    if got == expected:
+    if expected is DEFERRED or got == expected:
         return
     if reveal:
         raise CheckFailed(f"case {case}: expected {what} = {expected!r}; got {got!r}.")

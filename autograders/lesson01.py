@@ -1,10 +1,10 @@
 """Checks for lesson 01 — where training memory goes.
 
-Every reference value is measured (memlab's storage tracker around a real optimizer / training step, a real KV
-cache) or comes from the lesson's stated convention, written out in this module (`zero_convention_bytes`); none is a copy
-of a solution. Under strict
-grading every check also draws cases of its own (`grading_rng`): models, optimizers, shapes and set-ups that no
-public case has, measured the same way.
+Every expected value is measured (memlab's storage tracker around a real optimizer / training step, a real KV
+cache) or comes from the lesson's stated convention, written out in this module (`zero_convention_bytes`); none is a
+copy of a solution. Each is computed in a reference step (autograders/kit.py), so under grading only the judge ever
+has it. Under grading every check also draws cases of its own (`drawn_cases`): models, optimizers, shapes and
+set-ups that no public case has, measured the same way.
 """
 
 from __future__ import annotations
@@ -14,16 +14,18 @@ import numbers
 import torch
 
 from autograders.kit import (
+    DEFERRED,
     CheckFailed,
     call,
     check,
     drawn,
+    drawn_cases,
     expect_callable,
     expect_close,
     expect_keys,
     expect_type,
-    grading_rng,
     needs_hardware,
+    reference,
 )
 from memlab.measure import OPTIMIZER_STATE, measure_training_step, track_memory
 from memlab.models import mlp
@@ -31,12 +33,16 @@ from memlab.models import mlp
 GiB = 1024**3
 
 
-def _measured_state_bytes(model: torch.nn.Module, optimizer, steps: int = 1) -> int:
-    """Optimizer-state bytes after `steps` real steps, as the storage tracker classifies them."""
+def _step(model: torch.nn.Module, optimizer, steps: int) -> None:
+    """`steps` real optimizer steps on random gradients: the state the learner's function is asked about."""
     for _ in range(steps):
         for p in model.parameters():
             p.grad = torch.randn_like(p)
         optimizer.step()
+
+
+def _state_bytes(model: torch.nn.Module, optimizer) -> int:
+    """The optimizer-state bytes the storage tracker counts."""
     with track_memory(model=model, optimizer=optimizer) as trace:
         pass
     return trace.current_by_category[OPTIMIZER_STATE]
@@ -93,8 +99,8 @@ def _random_widths(rng, n_layers: tuple[int, int], width: tuple[int, int]) -> li
     return [rng.randint(*width) for _ in range(rng.randint(*n_layers) + 1)]
 
 
-def _drawn_state_cases(rng):
-    """Optimizers on models drawn at grading time, Adam with amsgrad (a third state tensor) among them."""
+def _drawn_state_case(rng, i: int):
+    """An optimizer on a model drawn at grading time, Adam with amsgrad (a third state tensor) among them."""
     makers = {
         "SGD with momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
         "Adam with amsgrad": lambda ps: torch.optim.Adam(ps, amsgrad=True),
@@ -103,34 +109,41 @@ def _drawn_state_cases(rng):
         "Adagrad": lambda ps: torch.optim.Adagrad(ps),
         "Adafactor": lambda ps: torch.optim.Adafactor(ps),
     }
-    cases = []
-    for i in range(1, 3):
-        widths = _random_widths(rng, (1, 3), (3, 90))
-        name = rng.choice(sorted(makers))
-        steps = rng.randint(0 if name != "Adagrad" else 1, 3)
-        m = mlp(widths)
-        cases.append(
-            (drawn(i, f"{name} on mlp({widths}), {steps} step(s)"), m, makers[name](m.parameters()), steps)
-        )
-    return cases
+    widths = _random_widths(rng, (1, 3), (3, 90))
+    name = rng.choice(sorted(makers))
+    steps = rng.randint(0 if name != "Adagrad" else 1, 3)
+    m = mlp(widths)
+    return drawn(i, f"{name} on mlp({widths}), {steps} step(s)"), m, makers[name](m.parameters()), steps
 
 
-@check("e1_optimizer_state_bytes")
+@check("e1_optimizer_state_bytes", points=2)
 def check_optimizer_state_bytes(optimizer_state_bytes) -> int:
     expect_callable(optimizer_state_bytes, "optimizer_state_bytes")
-    cases = _state_cases()
-    rng = grading_rng("e1_optimizer_state_bytes")
-    if rng is not None:
-        cases += _drawn_state_cases(rng)
+    cases = _state_cases() + drawn_cases("e1_optimizer_state_bytes", 2, _drawn_state_case)
     for name, model, optimizer, steps in cases:
-        expected = _measured_state_bytes(model, optimizer, steps)
+        _step(model, optimizer, steps)
+        expected = reference(lambda: _state_bytes(model, optimizer))  # noqa: B023 - called at once
         got = call(optimizer_state_bytes, optimizer, case=name)
         expect_type(got, numbers.Integral, case=name, what="the byte count")
         expect_close(got, expected, case=name, what="the optimizer-state bytes")
     return len(cases)
 
 
-@check("e2_adamw8bit_state_bytes")
+def _drawn_8bit_case(rng, i: int):
+    shapes = [tuple(rng.randint(1, 300) for _ in range(rng.randint(1, 2))) for _ in range(rng.randint(1, 4))]
+    min_size = rng.choice([100, 1000, 4096, 10_000])
+    return drawn(i, f"shapes {shapes}, min_8bit_size={min_size}"), shapes, min_size
+
+
+def _adamw8bit_state_bytes(bnb, shapes, min_8bit_size: int) -> int:
+    """AdamW8bit's state bytes for parameters of `shapes`, measured after one step."""
+    holder = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(shape)) for shape in shapes])
+    optimizer = bnb.optim.AdamW8bit(holder.parameters(), min_8bit_size=min_8bit_size)
+    _step(holder, optimizer, 1)
+    return _state_bytes(holder, optimizer)
+
+
+@check("e2_adamw8bit_state_bytes", points=2)
 def check_adamw8bit_state_bytes(adamw8bit_state_bytes) -> int:
     expect_callable(adamw8bit_state_bytes, "adamw8bit_state_bytes")
     # what runs without bitsandbytes: the function answers a small question with a byte count
@@ -148,18 +161,9 @@ def check_adamw8bit_state_bytes(adamw8bit_state_bytes) -> int:
         ("min_8bit_size lowered to 100", [(50, 50), (50,)], 100),
         ("min_8bit_size raised to 100,000", [(256, 256), (300, 300)], 100_000),
     ]
-    rng = grading_rng("e2_adamw8bit_state_bytes")
-    for i in range(1, 3) if rng is not None else ():
-        shapes = [
-            tuple(rng.randint(1, 300) for _ in range(rng.randint(1, 2))) for _ in range(rng.randint(1, 4))
-        ]
-        min_size = rng.choice([100, 1000, 4096, 10_000])
-        cases.append((drawn(i, f"shapes {shapes}, min_8bit_size={min_size}"), shapes, min_size))
+    cases += drawn_cases("e2_adamw8bit_state_bytes", 2, _drawn_8bit_case)
     for name, shapes, min_8bit_size in cases:
-        params = [torch.nn.Parameter(torch.zeros(shape)) for shape in shapes]
-        holder = torch.nn.ParameterList(params)
-        optimizer = bnb.optim.AdamW8bit(holder.parameters(), min_8bit_size=min_8bit_size)
-        expected = _measured_state_bytes(holder, optimizer)
+        expected = reference(lambda: _adamw8bit_state_bytes(bnb, shapes, min_8bit_size))  # noqa: B023
         got = call(adamw8bit_state_bytes, [tuple(s) for s in shapes], min_8bit_size=min_8bit_size, case=name)
         expect_type(got, numbers.Integral, case=name, what="the byte count")
         expect_close(got, expected, case=name, what="the predicted AdamW8bit state bytes", reveal=False)
@@ -177,7 +181,22 @@ def _mlp_optimizer(name: str, model: torch.nn.Module) -> torch.optim.Optimizer:
 MARKS = ("after forward", "after backward", "after optimizer step")
 
 
-@check("e3_predict_live_bytes")
+def _drawn_live_case(rng, i: int):
+    widths = _random_widths(rng, (1, 4), (2, 300))
+    batch, optimizer_name = rng.randint(1, 300), rng.choice(["sgd", "sgd-momentum", "adamw"])
+    return drawn(i, f"widths={widths}, batch={batch}, {optimizer_name}"), (widths, batch, optimizer_name)
+
+
+def _live_bytes(widths: list[int], batch: int, optimizer_name: str) -> dict[str, int]:
+    """The live bytes at each mark of one tracked training step of the fp32 MLP."""
+    torch.manual_seed(0)
+    model = mlp(widths)
+    x, y = torch.randn(batch, widths[0]), torch.randint(0, widths[-1], (batch,))
+    trace = measure_training_step(model, (x, y), _mlp_optimizer(optimizer_name, model))
+    return {m.name: m.current_bytes for m in trace.marks}
+
+
+@check("e3_predict_live_bytes", points=3)
 def check_predict_live_bytes(predict_live_bytes) -> int:
     expect_callable(predict_live_bytes, "predict_live_bytes")
     cases = [
@@ -188,27 +207,17 @@ def check_predict_live_bytes(predict_live_bytes) -> int:
         ([16, 16], 1000, "sgd-momentum"),  # a single Linear: no ReLU at all
     ]
     names = [f"widths={w}, batch={b}, {o}" for w, b, o in cases]
-    rng = grading_rng("e3_predict_live_bytes")
-    for i in range(1, 3) if rng is not None else ():
-        case = (
-            _random_widths(rng, (1, 4), (2, 300)),
-            rng.randint(1, 300),
-            rng.choice(["sgd", "sgd-momentum", "adamw"]),
-        )
+    for name, case in drawn_cases("e3_predict_live_bytes", 2, _drawn_live_case):
+        names.append(name)
         cases.append(case)
-        names.append(drawn(i, f"widths={case[0]}, batch={case[1]}, {case[2]}"))
     for name, (widths, batch, optimizer_name) in zip(names, cases):
-        torch.manual_seed(0)
-        model = mlp(widths)
-        x, y = torch.randn(batch, widths[0]), torch.randint(0, widths[-1], (batch,))
-        trace = measure_training_step(model, (x, y), _mlp_optimizer(optimizer_name, model))
-        measured = {m.name: m.current_bytes for m in trace.marks}
+        measured = reference(lambda: _live_bytes(widths, batch, optimizer_name))  # noqa: B023
         got = call(predict_live_bytes, list(widths), batch, optimizer_name, case=name)
         expect_keys(got, MARKS, case=name, what="the returned dict")
         for mark in MARKS:
             expect_close(
                 got[mark],
-                measured[mark],
+                measured if measured is DEFERRED else measured[mark],
                 case=name,
                 what=f"the live bytes {mark}",
                 reveal=False,
@@ -216,9 +225,28 @@ def check_predict_live_bytes(predict_live_bytes) -> int:
     return len(cases)
 
 
-@check("e4_kv_cache_bytes")
+def _drawn_kv_case(rng, i: int):
+    kv = rng.choice([1, 2, 4])
+    heads = dict(num_attention_heads=kv * rng.choice([1, 2, 4]), num_key_value_heads=kv)
+    batch, seq, dtype = rng.randint(1, 4), rng.randint(1, 70), rng.choice([torch.float32, torch.bfloat16])
+    label = f"{heads['num_attention_heads']} heads, {kv} KV heads, batch {batch}, seq {seq}, {dtype}"
+    return drawn(i, label), heads, batch, seq, dtype
+
+
+def _kv_cache_bytes(config, batch: int, seq: int, dtype: torch.dtype) -> int:
+    """The bytes of the KV cache a real Llama of `config` builds for `batch` x `seq` tokens."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(dtype).eval()
+    with torch.no_grad():
+        cache = model(input_ids=torch.randint(0, 100, (batch, seq)), use_cache=True).past_key_values
+    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+
+
+@check("e4_kv_cache_bytes", points=1)
 def check_kv_cache_bytes(kv_cache_bytes) -> int:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig
 
     expect_callable(kv_cache_bytes, "kv_cache_bytes")
     cases = [
@@ -258,24 +286,12 @@ def check_kv_cache_bytes(kv_cache_bytes) -> int:
             torch.float32,
         ),
     ]
-    rng = grading_rng("e4_kv_cache_bytes")
-    for i in range(1, 3) if rng is not None else ():
-        kv = rng.choice([1, 2, 4])
-        heads = dict(num_attention_heads=kv * rng.choice([1, 2, 4]), num_key_value_heads=kv)
-        batch, seq, dtype = rng.randint(1, 4), rng.randint(1, 70), rng.choice([torch.float32, torch.bfloat16])
-        label = f"{heads['num_attention_heads']} heads, {kv} KV heads, batch {batch}, seq {seq}, {dtype}"
-        cases.append((drawn(i, label), heads, batch, seq, dtype))
+    cases += drawn_cases("e4_kv_cache_bytes", 2, _drawn_kv_case)
     for name, heads, batch, seq, dtype in cases:
         config = LlamaConfig(
             hidden_size=64, intermediate_size=96, num_hidden_layers=3, vocab_size=100, **heads, use_cache=True
         )
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(config).to(dtype).eval()
-        with torch.no_grad():
-            cache = model(input_ids=torch.randint(0, 100, (batch, seq)), use_cache=True).past_key_values
-        expected = sum(
-            t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values)
-        )
+        expected = reference(lambda: _kv_cache_bytes(config, batch, seq, dtype))  # noqa: B023
         got = call(
             kv_cache_bytes, config, batch, seq, bytes_per_value=torch.finfo(dtype).bits // 8, case=name
         )
@@ -299,7 +315,16 @@ def zero_convention_bytes(n_params: int, n_trainable: int, weights: str, optimiz
     return n_params * w + n_trainable * (w + master + OPTIMIZER_BYTES[optimizer])
 
 
-@check("e5_training_state_bytes")
+def _drawn_state_bytes_case(rng, i: int):
+    n_params = rng.randint(10**6, 10**11)
+    n_trainable = rng.choice([n_params, rng.randint(1, n_params // 100)])
+    weights = rng.choice(["fp32", "bf16", "fp16"])
+    optimizer = rng.choice(["sgd", "sgd-momentum", "adamw", "adamw-8bit", "lion"])
+    label = f"{n_params:,} parameters, {n_trainable:,} trainable, {weights} + {optimizer}"
+    return drawn(i, label), n_params, n_trainable, weights, optimizer
+
+
+@check("e5_training_state_bytes", points=2)
 def check_training_state_bytes(training_state_bytes) -> int:
     expect_callable(training_state_bytes, "training_state_bytes")
     n7b, lora = 6_738_415_616, 4_194_304
@@ -311,16 +336,9 @@ def check_training_state_bytes(training_state_bytes) -> int:
         ("1B full fine-tuning, bf16 + SGD", 1_000_000_000, 1_000_000_000, "bf16", "sgd"),
         ("125M fp16 + Lion", 125_000_000, 125_000_000, "fp16", "lion"),
     ]
-    rng = grading_rng("e5_training_state_bytes")
-    for i in range(1, 4) if rng is not None else ():
-        n_params = rng.randint(10**6, 10**11)
-        n_trainable = rng.choice([n_params, rng.randint(1, n_params // 100)])
-        weights = rng.choice(["fp32", "bf16", "fp16"])
-        optimizer = rng.choice(["sgd", "sgd-momentum", "adamw", "adamw-8bit", "lion"])
-        label = f"{n_params:,} parameters, {n_trainable:,} trainable, {weights} + {optimizer}"
-        cases.append((drawn(i, label), n_params, n_trainable, weights, optimizer))
+    cases += drawn_cases("e5_training_state_bytes", 3, _drawn_state_bytes_case)
     for name, n_params, n_trainable, weights, optimizer in cases:
-        expected = zero_convention_bytes(n_params, n_trainable, weights, optimizer)
+        expected = reference(lambda: zero_convention_bytes(n_params, n_trainable, weights, optimizer))  # noqa: B023
         got = call(training_state_bytes, n_params, n_trainable, weights, optimizer, case=name)
         expect_type(got, numbers.Real, case=name, what="the byte count")
         expect_close(got, expected, case=name, what="the training-state bytes", rtol=1e-9, reveal=False)

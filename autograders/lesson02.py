@@ -170,7 +170,7 @@ def _drawn_fp32(rng) -> tuple[list[int], list[float]]:
     return patterns, torch_decode(patterns, FORMATS["fp32"]).tolist()
 
 
-@check("e1_decode")
+@check("e1_decode", points=3)
 def check_decode(decode) -> int:
     expect_callable(decode, "decode")
     got = call(decode, 0x3C00, "fp16", case="fp16, bits 0x3C00")
@@ -235,7 +235,7 @@ def _drawn_formats(rng) -> list[tuple[str, tuple, dict[str, float]]]:
     return cases
 
 
-@check("e2_format_limits")
+@check("e2_format_limits", points=2)
 def check_format_limits(format_limits) -> int:
     expect_callable(format_limits, "format_limits")
     cases = [(f"format_limits{args} ({name})", args, reference_limits(name)) for name, args in LIMIT_CASES]
@@ -321,7 +321,7 @@ def _drawn_round_cases(rng) -> list[tuple[str, torch.Tensor]]:
     ]
 
 
-@check("e3_round_to_bf16")
+@check("e3_round_to_bf16", points=3)
 def check_round_to_bf16(round_to_bf16) -> int:
     expect_callable(round_to_bf16, "round_to_bf16")
     cases = _round_cases()
@@ -429,7 +429,7 @@ def _drawn_ulp_cases(rng) -> list[tuple[str, float, str, float]]:
     return cases
 
 
-@check("e4_ulp")
+@check("e4_ulp", points=2)
 def check_ulp(ulp) -> int:
     expect_callable(ulp, "ulp")
     cases = [

@@ -137,7 +137,7 @@ def _drawn_underflow_cases(rng: random.Random):
     return cases
 
 
-@check("e1_underflow_fraction")
+@check("e1_underflow_fraction", points=2)
 def check_underflow_fraction(underflow_fraction) -> int:
     expect_callable(underflow_fraction, "underflow_fraction")
     cases = [(*case, public_underflow()[case[0]]) for case in _underflow_cases()]
@@ -415,7 +415,7 @@ def _drawn_scaler_cases(rng: random.Random):
     return cases
 
 
-@check("e2_dynamic_loss_scaler")
+@check("e2_dynamic_loss_scaler", points=4)
 def check_dynamic_loss_scaler(DynamicLossScaler) -> int:  # noqa: N803 - the learner's class
     expect_callable(DynamicLossScaler, "DynamicLossScaler")
     cases = _scaler_cases()
@@ -693,7 +693,7 @@ def _run_train_case(
                 )
 
 
-@check("e3_amp_train_step")
+@check("e3_amp_train_step", points=3)
 def check_amp_train_step(amp_train_step) -> int:
     expect_callable(amp_train_step, "amp_train_step")
     cases = _train_cases()
@@ -839,7 +839,7 @@ def run_measure_amp_step_check(measure_amp_step: Callable, device: torch.device 
     return len(E4_DTYPES)
 
 
-@check("e4_measure_amp_step")
+@check("e4_measure_amp_step", points=1)
 def check_measure_amp_step(measure_amp_step) -> int:
     expect_callable(measure_amp_step, "measure_amp_step")
     # what runs anywhere: two steps of a tiny model on the CPU return the right dict

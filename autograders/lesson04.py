@@ -201,7 +201,7 @@ class _OpRecorder(TorchDispatchMode):
 MODEL_OPS = {"mm", "bmm", "addmm", "matmul", "_softmax", "linear"}
 
 
-@check("e1_llama_layer_saved_bytes")
+@check("e1_llama_layer_saved_bytes", points=4)
 def check_llama_layer_saved_bytes(llama_layer_saved_bytes) -> int:
     expect_callable(llama_layer_saved_bytes, "llama_layer_saved_bytes")
     public = stored()["llama_layer_saved_bytes"]
@@ -354,7 +354,7 @@ def _normalise_plan(got, n: int, case: str):
     return sorted({int(i) for i in plan})
 
 
-@check("e2_plan_checkpointing")
+@check("e2_plan_checkpointing", points=4)
 def check_plan_checkpointing(plan_checkpointing) -> int:
     expect_callable(plan_checkpointing, "plan_checkpointing")
     cases = _e2_public_cases()
@@ -531,7 +531,7 @@ def run_checkpointed_stack_check(fn: Callable, device) -> int:
     return 2
 
 
-@check("e3_measure_checkpointed_stack")
+@check("e3_measure_checkpointed_stack", points=2)
 def check_measure_checkpointed_stack(measure_checkpointed_stack) -> int:
     expect_callable(measure_checkpointed_stack, "measure_checkpointed_stack")
     n = run_checkpointed_stack_check(measure_checkpointed_stack, "cpu")

@@ -278,7 +278,7 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
             )
 
 
-@check("e1_train_step_accumulated")
+@check("e1_train_step_accumulated", points=4)
 def check_train_step_accumulated(train_step_accumulated) -> int:
     expect_callable(train_step_accumulated, "train_step_accumulated")
     cases = _e1_cases()
@@ -545,7 +545,7 @@ def _check_in_trainer(seq_cls_loss, name, kind, num_labels, n, micro, accumulati
     )
 
 
-@check("e2_seq_cls_loss")
+@check("e2_seq_cls_loss", points=3)
 def check_seq_cls_loss(seq_cls_loss) -> int:
     expect_callable(seq_cls_loss, "seq_cls_loss")
     direct = _e2_direct_cases()
@@ -648,7 +648,7 @@ def _drawn_zero_cases(rng: random.Random):
     return cases
 
 
-@check("e3_zero_bytes_per_rank")
+@check("e3_zero_bytes_per_rank", points=3)
 def check_zero_bytes_per_rank(zero_bytes_per_rank) -> int:
     expect_callable(zero_bytes_per_rank, "zero_bytes_per_rank")
     cases = [

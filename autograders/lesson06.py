@@ -140,7 +140,7 @@ def _e1_drawn_cases(rng):
     return cases
 
 
-@check("e1_find_peak")
+@check("e1_find_peak", points=3)
 def check_find_peak(find_peak) -> int:
     expect_callable(find_peak, "find_peak")
     cases = _e1_public_cases()
@@ -313,7 +313,7 @@ def _expect_mean_std(result, expected, *, case: str) -> None:
     )
 
 
-@check("e2_time_step")
+@check("e2_time_step", points=2)
 def check_time_step(time_step) -> int:
     expect_callable(time_step, "time_step")
     cases = _e2_public_cases()
@@ -401,7 +401,7 @@ def _e3_public_cases():
     ]
 
 
-@check("e3_largest_micro_batch")
+@check("e3_largest_micro_batch", points=2)
 def check_largest_micro_batch(largest_micro_batch) -> int:
     expect_callable(largest_micro_batch, "largest_micro_batch")
     cases = _e3_public_cases()
@@ -665,7 +665,7 @@ def _expect_setup(seen: Observed, setup: str) -> None:
         )
 
 
-@check("e4_trade_off_args")
+@check("e4_trade_off_args", points=2)
 def check_trade_off_args(trade_off_args) -> int:
     from transformers import TrainingArguments
 
@@ -761,7 +761,7 @@ def _fresh_gpu() -> None:
     torch.cuda.empty_cache()
 
 
-@check("e5_measure_trainer")
+@check("e5_measure_trainer", points=1)
 def check_measure_trainer(measure_trainer) -> int:
     expect_callable(measure_trainer, "measure_trainer")
     needs_hardware(cuda=True, passed="")

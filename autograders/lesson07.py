@@ -122,7 +122,7 @@ def expected_scale(x: torch.Tensor, fp8_max: float) -> float:
     return FP32_MAX if torch.isinf(scale) else float(scale)
 
 
-@check("e1_quantize_fp8")
+@check("e1_quantize_fp8", points=3)
 def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
     expect_callable(quantize_fp8, "quantize_fp8")
     expect_callable(dequantize_fp8, "dequantize_fp8")
@@ -216,7 +216,7 @@ def _e2_drawn(rng) -> list:
     return cases
 
 
-@check("e2_delayed_scaler")
+@check("e2_delayed_scaler", points=3)
 def check_delayed_scaler(DelayedScaler) -> int:  # noqa: N803 - the learner's class
     expect_callable(DelayedScaler, "DelayedScaler")
     cases = [
@@ -309,7 +309,7 @@ def _e3_cases(rng=None) -> list[tuple[str, torch.Tensor]]:
     return cases
 
 
-@check("e3_quantize_mxfp8")
+@check("e3_quantize_mxfp8", points=2)
 def check_quantize_mxfp8(quantize_mxfp8) -> int:
     expect_callable(quantize_mxfp8, "quantize_mxfp8")
     cases = _e3_cases(grading_rng("e3_quantize_mxfp8"))
@@ -422,7 +422,7 @@ def run_fp8_matmul_cases(fp8_matmul, device: str) -> int:
     return len(cases)
 
 
-@check("e4_fp8_matmul")
+@check("e4_fp8_matmul", points=2)
 def check_fp8_matmul(fp8_matmul) -> int:
     expect_callable(fp8_matmul, "fp8_matmul")
     n = 0

@@ -120,7 +120,7 @@ def _describe_plan(plan: dict) -> str:
     return f"checkpointing={plan['checkpointing']}, micro-batch {plan['micro_batch']}"
 
 
-@check("e1_plan_for")
+@check("e1_plan_for", points=3)
 def check_plan_for(plan_for) -> int:
     expect_callable(plan_for, "plan_for")
     n = 0
@@ -227,7 +227,7 @@ def _is_target(name: str) -> bool:
     return name.rsplit(".", 1)[-1] in ATTENTION_PROJECTIONS
 
 
-@check("e2_add_lora")
+@check("e2_add_lora", points=2)
 def check_add_lora(add_lora) -> int:
     from peft import PeftModel, PeftModelForCausalLM, PeftModelForSequenceClassification
     from peft.tuners.lora import LoraLayer
@@ -408,7 +408,7 @@ def _expect_number(value, *, case: str, what: str, positive: bool = True) -> flo
     return float(value)
 
 
-@check("e3_graded_run")
+@check("e3_graded_run", points=3)
 def check_graded_run(run_capstone, run_dir) -> int:
     from peft import PeftModel
 
@@ -554,7 +554,7 @@ def _e4_cases(rng) -> list[tuple[str, int, int, torch.dtype, int]]:
     return cases
 
 
-@check("e4_merged_weight")
+@check("e4_merged_weight", points=1)
 def check_merged_weight(merged_weight) -> int:
     from peft import LoraConfig, get_peft_model
     from peft.tuners.lora import LoraLayer
@@ -606,7 +606,7 @@ def _expect_measurement(result, *, case: str) -> tuple[int, float]:
     return int(peak), seconds
 
 
-@check("e5_measure_lora_step")
+@check("e5_measure_lora_step", points=1)
 def check_measure_lora_step(measure_lora_step) -> int:
     expect_callable(measure_lora_step, "measure_lora_step")
     case = "one layer of Llama-2-7B on the CPU, seq 64, micro-batch 1, checkpointing"

@@ -29,7 +29,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 def learner_mode(monkeypatch):
     """A learner's notebook: a check whose hardware is missing prints NOT CHECKED HERE, no cases are drawn."""
     monkeypatch.delenv(kit.GRADING_ENV, raising=False)
-    monkeypatch.setattr(kit, "_STRICT", False)
+    monkeypatch.setattr(kit, "_MODE", kit.LEARNER)
     monkeypatch.setattr(kit, "_SEED", None)
 
 
@@ -38,7 +38,7 @@ def strict_mode(monkeypatch):
     """scripts/grade.py's kernel: a check whose hardware is missing raises NotGradedHere; cases are drawn from a
     grading seed. The kit reads both once, at import, so the fixture sets what the import would have read."""
     monkeypatch.setenv(kit.GRADING_ENV, "strict")
-    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
     monkeypatch.setattr(kit, "_SEED", 20261123)
 
 

@@ -310,7 +310,7 @@ def test_e2_without_bitsandbytes_says_not_checked_here(monkeypatch, capsys):
     with pytest.raises(CheckFailed, match="the byte count should be an int; got a float"):
         check_adamw8bit_state_bytes(lambda shapes, min_8bit_size=4096: 1.5)
 
-    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
     with pytest.raises(NotGradedHere, match="needs the package bitsandbytes"):
         check_adamw8bit_state_bytes(adamw8bit_state_bytes)
 

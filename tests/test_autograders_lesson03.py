@@ -117,7 +117,7 @@ def amp_train_step(
 measure_amp_step = reference_measure_amp_step
 
 
-@check("e4_measure_amp_step")
+@check("e4_measure_amp_step", points=1)
 def check_measure_amp_step_on_cpu(fn) -> int:
     """The GPU check's logic at the CPU profile's sizes, its requirement bypassed."""
     return run_measure_amp_step_check(fn, "cpu")

@@ -47,7 +47,7 @@ def measure_checkpointed_stack(layers, hidden, position_embeddings, use_checkpoi
     return reference_stack(layers, hidden, position_embeddings, use_checkpoint, steps)
 
 
-@check("e3_measure_checkpointed_stack")
+@check("e3_measure_checkpointed_stack", points=1)
 def check_stack_on_cpu(fn) -> int:
     """The GPU check's logic at the CPU profile's sizes, its requirement bypassed."""
     return run_checkpointed_stack_check(fn, "cpu")

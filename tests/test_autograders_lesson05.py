@@ -402,7 +402,7 @@ def test_strict_grading_draws_more_cases_and_the_right_answer_passes_them(
 ):
     import autograders.kit as kit
 
-    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
     monkeypatch.setattr(kit, "_SEED", 20261123)
     assert check_fn(answer) is None
     count = int(capsys.readouterr().out.split(": ")[1].split()[0])

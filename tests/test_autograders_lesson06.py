@@ -351,7 +351,7 @@ def test_e3_under_strict_grading_the_cpu_stage_adds_drawn_cases(monkeypatch, cap
     import autograders.kit as kit
     import autograders.lesson06 as l06
 
-    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
     monkeypatch.setattr(kit, "_SEED", 5)
     monkeypatch.setattr(l06, "needs_hardware", lambda **kwargs: None)
     monkeypatch.setattr(l06, "run_cuda_oom_case", lambda fn: None)

@@ -150,7 +150,7 @@ def test_the_learner_stubs_fail_as_not_written_yet(run):
 def test_e1_under_strict_grading_draws_three_tensors_per_format(monkeypatch, capsys):
     import autograders.kit as kit
 
-    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
     monkeypatch.setattr(kit, "_SEED", 11)
     assert check_quantize_fp8(quantize_fp8, dequantize_fp8) is None
     assert capsys.readouterr().out.strip() == "✓ e1_quantize_fp8: 22 cases passed"

@@ -112,11 +112,11 @@ def _count(line: str) -> int:
 
 @pytest.mark.parametrize("check_fn, answer", CHECKS, ids=lambda v: getattr(v, "check_name", ""))
 def test_a_right_answer_passes_the_drawn_cases_too(check_fn, answer, monkeypatch, no_gpu, capsys):
-    monkeypatch.setattr(kit, "_STRICT", False)
+    monkeypatch.setattr(kit, "_MODE", kit.LEARNER)
     monkeypatch.setattr(kit, "_SEED", None)
     check_fn(answer)
     public = _count(capsys.readouterr().out)
-    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
     monkeypatch.setattr(kit, "_SEED", 20261123)
     assert check_fn(answer) is None
     assert _count(capsys.readouterr().out) > public
@@ -130,19 +130,19 @@ def test_a_right_answer_passes_the_drawn_cases_too(check_fn, answer, monkeypatch
 def test_an_answer_hard_coded_to_the_public_cases_scores_nothing_when_graded(
     check_fn, answer, monkeypatch, no_gpu, capsys
 ):
-    monkeypatch.setattr(kit, "_STRICT", False)
+    monkeypatch.setattr(kit, "_MODE", kit.LEARNER)
     monkeypatch.setattr(kit, "_SEED", None)
     cheat = hard_coded(check_fn, answer)
     assert check_fn(cheat) is None  # a learner's own check cannot tell
     capsys.readouterr()
-    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
     monkeypatch.setattr(kit, "_SEED", 7)
     with pytest.raises(CheckFailed, match="drawn at grading time"):
         check_fn(cheat)
 
 
 def test_draws_depend_on_the_seed_and_the_check_and_nothing_else(monkeypatch):
-    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
     monkeypatch.setattr(kit, "_SEED", 1)
     first = kit.grading_rng("e4_ulp").random()
     assert kit.grading_rng("e4_ulp").random() == first  # reproducible: --jobs and shards grade alike
@@ -152,7 +152,7 @@ def test_draws_depend_on_the_seed_and_the_check_and_nothing_else(monkeypatch):
 
 
 def test_no_cases_are_drawn_for_a_learner(monkeypatch):
-    monkeypatch.setattr(kit, "_STRICT", False)
+    monkeypatch.setattr(kit, "_MODE", kit.LEARNER)
     monkeypatch.setattr(kit, "_SEED", None)
     assert kit.grading_rng("e4_ulp") is None
 

@@ -43,7 +43,7 @@ def fake_gpu(monkeypatch, capability=(7, 5), total_gb=15.0):
 # ---- a tiny check written with the kit, as a lesson's autograder would be ----------------------------------
 
 
-@check("e9_double")
+@check("e9_double", points=1)
 def check_double(double) -> int:
     """The learner writes double(x) = 2x; the case at x=5 is the one that tells wrong answers apart."""
     expect_callable(double, "double")
@@ -54,7 +54,7 @@ def check_double(double) -> int:
     return len(cases)
 
 
-@check("e9_secret")
+@check("e9_secret", points=1)
 def check_secret(secret) -> int:
     """An exercise whose answer must stay hidden (reveal=False)."""
     got = call(secret, case="the only case")
@@ -62,7 +62,7 @@ def check_secret(secret) -> int:
     return 1
 
 
-@check("e9_count")
+@check("e9_count", points=1)
 def check_count(count) -> int:
     got = call(count, case="ten items")
     expect_type(got, int, case="ten items", what="the count")
@@ -309,7 +309,7 @@ def test_long_values_are_shortened_in_the_message():
 
 
 def test_a_bug_in_the_check_is_reported_as_the_check_crashing():
-    @check("e9_buggy")
+    @check("e9_buggy", points=1)
     def check_buggy(fn) -> int:
         got = call(fn, case="c")
         return got + "cases"  # the check's own TypeError
@@ -354,7 +354,7 @@ STUB = "def gpu_double(x, device='cuda'):\n    # YOUR CODE HERE\n    raise NotIm
 WRITTEN = "def gpu_double(x, device='cuda'):\n    return 2 * torch.as_tensor(x, device=device)\n"
 
 
-@check("e9_gpu_double")
+@check("e9_gpu_double", points=1)
 def check_gpu_double(gpu_double) -> int:
     """A GPU exercise in the kit's stages: callable and written, a tiny CPU run, then the GPU part."""
     expect_callable(gpu_double, "gpu_double")
@@ -428,7 +428,7 @@ def test_a_function_that_raises_only_on_one_branch_is_written():
 
 
 def test_needs_hardware_with_a_missing_package(learner_mode, capsys):
-    @check("e9_needs_pkg")
+    @check("e9_needs_pkg", points=1)
     def check_pkg(fn) -> int:
         needs_hardware(packages=("definitely_not_a_pkg",))
         return 1
@@ -441,7 +441,7 @@ def test_needs_hardware_with_a_missing_package(learner_mode, capsys):
 
 
 def test_needs_hardware_that_is_present_lets_the_check_go_on(strict_mode, capsys):
-    @check("e9_has_pkg")
+    @check("e9_has_pkg", points=1)
     def check_pkg(fn) -> int:
         needs_hardware(packages=("torch",))
         return 2
@@ -453,7 +453,7 @@ def test_needs_hardware_that_is_present_lets_the_check_go_on(strict_mode, capsys
 def test_needs_hardware_with_a_gpu_that_is_too_small(monkeypatch, learner_mode, capsys):
     fake_gpu(monkeypatch, capability=(8, 0), total_gb=15.0)
 
-    @check("e9_big_gpu")
+    @check("e9_big_gpu", points=1)
     def check_big(fn) -> int:
         needs_hardware(cuda=True, min_gpu_gb=24)
         return 1
@@ -466,36 +466,123 @@ def test_needs_hardware_with_a_gpu_that_is_too_small(monkeypatch, learner_mode, 
 
 def test_the_grading_mode_is_read_once_at_import(monkeypatch, no_gpu):
     """Popping COURSE_GRADING after the kit is imported does not turn strict grading into learner mode."""
-    monkeypatch.setattr(kit, "_STRICT", True)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
     monkeypatch.delenv(kit.GRADING_ENV, raising=False)
     with pytest.raises(NotGradedHere):
         check_gpu_double(_define(WRITTEN, "gpu_double"))
 
 
 def test_a_check_that_returns_no_count_is_a_broken_check():
-    broken = check("e9_broken")(lambda fn: None)
+    broken = check("e9_broken", points=1)(lambda fn: None)
     with pytest.raises(RuntimeError, match="the check itself is broken"):
         broken(None)
 
 
-def test_a_passed_check_is_announced_to_audit_hooks(capsys):
-    """scripts/grade_sandbox.py verifies this event; elsewhere it costs nothing."""
-    import sys
+# ---- one check, two places: collected in the grading kernel, judged outside it -------------------------------------
 
-    seen = []
-    # audit hooks cannot be removed: this one only records while `seen` is a list being filled
-    recording = [True]
+REFERENCE_RUNS = []
 
-    def hook(event, args):
-        if recording[0] and event == kit.PASS_EVENT:
-            seen.append(args)
 
-    sys.addaudithook(hook)
-    try:
-        check_double(lambda x: 2 * x)
-    finally:
-        recording[0] = False
-    assert seen == [("e9_double", 3)]
+@check("e9_triple", points=1)
+def check_triple(triple) -> int:
+    """A check whose expected values come from a reference step (as measurements and drawn answers do)."""
+    expect_callable(triple, "triple")
+    cases = [1, 4, 2.5]
+    for x in cases:
+        got = call(triple, x, case=f"x={x}")
+        expected = kit.reference(lambda x=x: REFERENCE_RUNS.append(x) or 3 * x)
+        expect_close(got, expected, case=f"x={x}", what="triple(x)", reveal=False)
+    return len(cases)
+
+
+def collected(check_fn, learner_fn):
+    """The transcript a grading kernel would show, as the judge receives it (JSON)."""
+    import json
+
+    transcript = kit.collect(check_fn.check, (learner_fn,), {})
+    return kit.Transcript.from_data(json.loads(json.dumps(transcript.to_data())))
+
+
+def test_the_grading_kernel_collects_without_computing_what_is_expected():
+    REFERENCE_RUNS.clear()
+    transcript = collected(check_triple, lambda x: 3 * x)
+    assert REFERENCE_RUNS == []  # no expected value ever existed in the kernel
+    assert [r.label for r in transcript.records] == ["`triple` is written", "x=1", "x=4", "x=2.5"]
+    assert kit.judge(check_triple.check, transcript) == kit.Verdict(True, cases=3)
+    assert REFERENCE_RUNS == [1, 4, 2.5]
+
+
+def test_the_judge_says_what_a_learner_is_told():
+    wrong = lambda x: 3 * x + (x == 4)  # noqa: E731
+    verdict = kit.judge(check_triple.check, collected(check_triple, wrong))
+    assert not verdict.passed
+    assert verdict.message == str(raised(check_triple, wrong))
+    assert "triple(x) is too high" in verdict.message
+
+
+def test_a_forged_transcript_is_judged_by_its_values():
+    transcript = collected(check_triple, lambda x: 0)
+    transcript.records[2].value = kit.wire.encode(12)  # the right answer for x=4, forged: still only data
+    verdict = kit.judge(check_triple.check, transcript)
+    assert not verdict.passed and "case x=1" in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("tamper", "words"),
+    [
+        (lambda t: t.records.pop(), "the record ends before the step 'x=2.5'"),
+        (lambda t: setattr(t.records[1], "label", "x=100"), "the step 'x=1' was recorded as 'x=100'"),
+        (lambda t: t.records.append(t.records[-1]), "1 step(s) the check never took"),
+        (lambda t: setattr(t.records[1], "value", ["float", "not hex"]), "malformed"),
+        (lambda t: setattr(t, "check", "e1_other"), "the record is of another check"),
+    ],
+)
+def test_a_transcript_that_does_not_match_the_check_fails(tamper, words):
+    transcript = collected(check_triple, lambda x: 3 * x)
+    tamper(transcript)
+    verdict = kit.judge(check_triple.check, transcript)
+    assert not verdict.passed
+    assert words in verdict.message
+
+
+class Liar(float):
+    """An object that says it equals whatever it is compared with."""
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = float.__hash__
+
+
+class Sneaky:
+    def __float__(self):
+        return 3.0
+
+
+@pytest.mark.parametrize("liar", [Liar(0.0), Sneaky()], ids=["float-subclass", "has-__float__"])
+def test_an_object_that_lies_is_refused_in_the_notebook_and_under_grading(liar):
+    error = raised(check_triple, lambda x: liar)
+    assert "case x=1: what your code gave in case x=1 is a" in str(error)
+    assert "a check takes only numbers, strings, bool, None, lists, tuples and dicts" in str(error)
+    verdict = kit.judge(check_triple.check, collected(check_triple, lambda x: liar))
+    assert verdict.message == str(error)
+
+
+def test_a_learner_object_used_outside_a_learner_step_is_a_bug_of_the_check():
+    @check("e9_sloppy", points=1)
+    def check_sloppy(fn) -> int:
+        expect_equal(fn.__name__, "f", case="c", what="the name")  # reads the learner's object directly
+        return 1
+
+    transcript = kit.collect(check_sloppy.check, (lambda: 0,), {})
+    with pytest.raises(RuntimeError, match="was used outside a learner step"):
+        kit.judge(check_sloppy.check, transcript)
+
+
+def test_a_check_is_declared_once_with_its_points():
+    declared = check_triple.check
+    assert (declared.name, declared.points, declared.cell) == ("e9_triple", 1.0, "e9_triple_check")
+    assert kit.REGISTRY[f"{__name__}:e9_triple"] is declared
 
 
 # ---- memlab.hardware ---------------------------------------------------------------------------------------------

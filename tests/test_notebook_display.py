@@ -22,7 +22,7 @@ def executed():
     cells = [
         "import memlab\nfrom autograders.kit import check, call, expect_callable, expect_close",
         # a check failing on a wrong answer
-        "@check('e9_double')\ndef check_double(double):\n    expect_callable(double, 'double')\n"
+        "@check('e9_double', points=1)\ndef check_double(double):\n    expect_callable(double, 'double')\n"
         "    for x in (0, 5):\n        expect_close(call(double, x, case=f'x={x}'), 2 * x, case=f'x={x}', "
         "what='double(x)', reveal=False)\n    return 2\n\n"
         "check_double(lambda x: 3 * x)",
