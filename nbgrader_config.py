@@ -1,11 +1,12 @@
-"""nbgrader's view of this repository (design brief §2).
+"""nbgrader's view of this repository.
 
     solutions/NN-slug/NN-slug.ipynb   nbgrader's "source" step: the only hand-written version of a lesson
     lessons/NN-slug/NN-slug.ipynb     nbgrader's "release" step: generated, never hand-edited
 
 `python scripts/build_lessons.py` writes lessons/ with nbgrader's own preprocessors and this configuration; the
 output is byte-identical to `nbgrader generate_assignment NN-slug --force` run here (tests/test_lessons_in_sync.py).
-`python scripts/grade.py SUBMISSIONS_DIR --out grades.csv` grades with it in a throwaway course directory.
+`python scripts/grade.py SUBMISSIONS_DIR --out grades.csv` grades with it in a throwaway course directory, and so does
+`nbgrader autograde LESSON` here (the same preprocessors, below).
 Option names are those of nbgrader 0.9.6.
 """
 
@@ -46,3 +47,22 @@ c.ClearOutput.remove_metadata_fields = {"collapsed", "scrolled", "execution", "E
 # inside its check cell (about a minute alone on 2 cores, over two minutes when grade.py --jobs 2 shares them).
 c.Execute.timeout = 300
 c.Execute.interrupt_on_timeout = True
+
+# ---- autograde: the verdict outside the submission's process (grading/autograde.py) ------------------------------
+# `nbgrader autograde`, formgrader's Autograde button and scripts/grade.py all run this list. SandboxedExecute runs
+# the notebook in a bubblewrap sandbox, its check cells only collecting what the learner's code returns; JudgeChecks
+# decides every check in a separate process that never runs submitted code, and replaces each check cell's outputs
+# with the verdict (so stderr or a displayed value costs nothing). The seed of the drawn cases, the memory limit and
+# isolation are `c.GradingSettings.*` (scripts/grade.py sets them from its options). nbgrader puts back a check
+# cell a learner deleted (OverwriteCells.add_missing_cells) and restores an edited one from the gradebook.
+c.Autograde.autograde_preprocessors = [
+    "grading.autograde.SandboxedExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "grading.autograde.JudgeChecks",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.OverwriteCells.add_missing_cells = True

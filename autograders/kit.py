@@ -53,7 +53,6 @@ import math
 import numbers
 import os
 import random
-import sys
 import traceback
 import types
 
@@ -190,7 +189,11 @@ class Transcript:
 
     @classmethod
     def from_data(cls, data) -> Transcript:
-        if type(data) is not dict or type(data.get("check")) is not str or type(data.get("records")) is not list:
+        if (
+            type(data) is not dict
+            or type(data.get("check")) is not str
+            or type(data.get("records")) is not list
+        ):
             raise ValueError("not a transcript")
         return cls(data["check"], [Record.from_data(r) for r in data["records"]])
 
@@ -444,7 +447,9 @@ def _outcome(declared: Check, run: _Run, args, kwargs) -> Verdict:
     if isinstance(n_cases, bool) or not isinstance(n_cases, int) or n_cases < 1:
         raise RuntimeError(f"{name}: the check itself is broken (it returned {n_cases!r}, not a count).")
     if run.mode == JUDGE and run.position != len(run.records):
-        raise TranscriptMismatch(f"the record has {len(run.records) - run.position} step(s) the check never took")
+        raise TranscriptMismatch(
+            f"the record has {len(run.records) - run.position} step(s) the check never took"
+        )
     return Verdict(True, cases=n_cases, fingerprint=run.fingerprint)
 
 
@@ -461,14 +466,18 @@ def collect(declared: Check, args, kwargs) -> Transcript:
 def judge(declared: Check, transcript: Transcript, n_args: int = 1, kwarg_names=()) -> Verdict:
     """The verdict on a transcript, reached without the learner's objects (`Absent` in their place)."""
     if transcript.check != declared.name:
-        return Verdict(False, message=f"{declared.name}: the record is of another check ({transcript.check!r})")
+        return Verdict(
+            False, message=f"{declared.name}: the record is of another check ({transcript.check!r})"
+        )
     args = [Absent(f"argument {i + 1}") for i in range(n_args)]
     kwargs = {k: Absent(k) for k in kwarg_names}
     run = _Run(JUDGE, transcript)
     try:
         return _outcome(declared, run, args, kwargs)
     except TranscriptMismatch as mismatch:
-        return Verdict(False, message=f"{declared.name}: the record of this check does not match it: {mismatch}")
+        return Verdict(
+            False, message=f"{declared.name}: the record of this check does not match it: {mismatch}"
+        )
 
 
 def _strict(declared: Check, args, kwargs) -> Verdict:

@@ -3,10 +3,11 @@
 Every reference is torch's own reading of the bits (`Tensor.view` of an integer tensor as the float dtype), torch's
 `finfo`, or torch's own cast (`.to(torch.bfloat16)`); for fp16 and fp32 numpy's reading is compared with torch's as
 well. None is a copy of a solution. The ulps of the public cases are stored values (autograders/data/lesson02.json,
-made from autograders/references/lesson02.py, which is not in the learner release). Under strict grading every
-check also draws cases of its own (`grading_rng`): fp32 bit patterns, formats torch does not have, random tensors
-and values. The messages say which bit pattern / case is wrong and what the learner returned, never the value the
-exercise asks for.
+made from autograders/references/lesson02.py, which is not in the learner release). Every expected value is
+computed in a reference step (autograders/kit.py), so under grading only the judge ever has it; the learner's
+results are taken as plain data (floats, dicts, tensors). Under grading every check also draws cases of its own
+(`drawn_cases`): fp32 bit patterns, formats torch does not have, random tensors and values. The messages say which
+bit pattern / case is wrong and what the learner returned, never the value the exercise asks for.
 """
 
 from __future__ import annotations
@@ -21,17 +22,21 @@ import numpy as np
 import torch
 
 from autograders.kit import (
+    DEFERRED,
     CheckFailed,
     call,
     check,
     drawn,
+    drawn_cases,
     expect_callable,
     expect_close,
     expect_keys,
     expect_type,
-    grading_rng,
     how_far,
+    judging,
+    learner,
     read_only,
+    reference,
     references,
 )
 from memlab.formats import FORMATS, LESSON_FORMATS, FloatFormat, bit_fields, to_bits
@@ -107,9 +112,15 @@ def _fp32_patterns() -> list[int]:
 
 
 @functools.cache
+def _decode_patterns(name: str) -> tuple[int, ...]:
+    """The bit patterns the check decodes in `name`: every one, or for fp32 the edges, exponents and a sample."""
+    return tuple(_fp32_patterns() if name == "fp32" else range(1 << FORMATS[name].bits))
+
+
+@functools.cache
 def _decode_reference(name: str) -> tuple[list[int], list[float]]:
     f = FORMATS[name]
-    patterns = _fp32_patterns() if name == "fp32" else list(range(1 << f.bits))
+    patterns = list(_decode_patterns(name))
     by_torch = torch_decode(patterns, f)
     by_numpy = numpy_decode(patterns, f)
     if by_numpy is not None and not _same_values(by_torch, by_numpy).all():
@@ -164,37 +175,51 @@ def _expect_float(got, case: str) -> None:
         )
 
 
-def _drawn_fp32(rng) -> tuple[list[int], list[float]]:
-    """20,000 fp32 bit patterns drawn at grading time, and torch's values for them."""
+def _drawn_decode_case(rng, i: int) -> tuple[str, str, list[int]]:
+    """20,000 fp32 bit patterns drawn at grading time."""
     patterns = [rng.getrandbits(32) for _ in range(20_000)]
-    return patterns, torch_decode(patterns, FORMATS["fp32"]).tolist()
+    return drawn(i, "fp32, 20,000 random bit patterns"), "fp32", patterns
+
+
+def _decode_all(decode, patterns, name: str) -> torch.Tensor:
+    """Inside a learner step: the learner's decode of every pattern, each checked to be a Python float (numpy's
+    and torch's scalars are not, and plain data would turn them into one), as a float64 tensor (NaN as NaN, the
+    sign of zero kept)."""
+    f = FORMATS[name]
+    values = []
+    for bits in patterns:
+        case = f"{name}, bits 0x{bits:0{f.bits // 4}X}"
+        got = call(decode, bits, name, case=case)
+        if type(got) is not float:
+            _expect_float(got, case)
+        values.append(got)
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def _expected_decode(name: str, patterns: list[int], public: bool) -> list[float]:
+    """torch's values of the patterns: for a public run cross-checked with numpy (and cached)."""
+    return list(_decode_reference(name)[1]) if public else torch_decode(patterns, FORMATS[name]).tolist()
 
 
 @check("e1_decode", points=3)
 def check_decode(decode) -> int:
     expect_callable(decode, "decode")
-    got = call(decode, 0x3C00, "fp16", case="fp16, bits 0x3C00")
-    _expect_float(got, "fp16, bits 0x3C00")
-    runs = [(name, name, *_decode_reference(name)) for name in DECODE_FORMATS]
-    rng = grading_rng("e1_decode")
-    if rng is not None:
-        runs.append((drawn(1, "fp32, 20,000 random bit patterns"), "fp32", *_drawn_fp32(rng)))
-    for label, name, patterns, expected in runs:
+    first_case = "fp16, bits 0x3C00"
+    learner(first_case, lambda: _expect_float(call(decode, 0x3C00, "fp16", case=first_case), first_case))
+    runs = [(name, name, list(_decode_patterns(name))) for name in DECODE_FORMATS]
+    runs += drawn_cases("e1_decode", 1, _drawn_decode_case)
+    for label, name, patterns in runs:
         f = FORMATS[name]
-        n_wrong, first = 0, None
-        for bits, exp in zip(patterns, expected):
-            case = f"{name}, bits 0x{bits:0{f.bits // 4}X}"
-            got = call(decode, bits, name, case=case)
-            if type(got) is not float:
-                _expect_float(got, case)
-            if got == exp:
-                if exp == 0.0 and math.copysign(1.0, got) != math.copysign(1.0, exp):
-                    n_wrong += 1
-                    first = first or (bits, got, exp)
-            elif not (exp != exp and got != got):  # NaN matches any NaN
-                n_wrong += 1
-                first = first or (bits, got, exp)
+        got = learner(label, lambda: _decode_all(decode, patterns, name))  # noqa: B023 - called at once
+        expected = reference(lambda: _expected_decode(name, patterns, label == name))  # noqa: B023 - called at once
+        if not judging():
+            continue
+        # the same float64 value (so +0.0 and -0.0 differ), or both NaN (any NaN)
+        wrong = ~_same_values(np.asarray(expected, dtype=np.float64), got.numpy())
+        n_wrong = int(wrong.sum())
         if n_wrong:
+            i = int(np.flatnonzero(wrong)[0])
+            first = (patterns[i], float(got[i].item()), float(expected[i]))
             raise CheckFailed(_decode_failure(f, *first, n_wrong, len(patterns), label))
     return len(runs)
 
@@ -223,30 +248,31 @@ def reference_limits(name: str) -> dict[str, float]:
     }
 
 
-def _drawn_formats(rng) -> list[tuple[str, tuple, dict[str, float]]]:
-    """Formats no dtype of torch has, drawn at grading time, with their limits from the grading reference."""
-    limits = references("lesson02").limits
-    cases = []
-    for i in range(1, 5):
-        e, m = rng.randint(2, 9), rng.randint(1, 12)
-        encoding = rng.choice(["ieee", "fn"]) if m >= 2 else "ieee"
-        args = (e, m, encoding)
-        cases.append((drawn(i, f"format_limits{args}"), args, limits(*args)))
-    return cases
+def _drawn_limits_case(rng, i: int) -> tuple[str, tuple, None]:
+    """A format no dtype of torch has, drawn at grading time (its limits come from the grading reference)."""
+    e, m = rng.randint(2, 9), rng.randint(1, 12)
+    encoding = rng.choice(["ieee", "fn"]) if m >= 2 else "ieee"
+    args = (e, m, encoding)
+    return drawn(i, f"format_limits{args}"), args, None
+
+
+def _expected_limits(name: str | None, args: tuple) -> dict[str, float]:
+    """torch's limits of a public format (`name`), the grading reference's of a drawn one (name None)."""
+    return reference_limits(name) if name is not None else references("lesson02").limits(*args)
 
 
 @check("e2_format_limits", points=2)
 def check_format_limits(format_limits) -> int:
     expect_callable(format_limits, "format_limits")
-    cases = [(f"format_limits{args} ({name})", args, reference_limits(name)) for name, args in LIMIT_CASES]
-    rng = grading_rng("e2_format_limits")
-    if rng is not None:
-        cases += _drawn_formats(rng)
-    for case, args, expected in cases:
+    cases = [(f"format_limits{args} ({name})", args, name) for name, args in LIMIT_CASES]
+    cases += drawn_cases("e2_format_limits", 4, _drawn_limits_case)
+    for case, args, name in cases:
+        expected = reference(lambda: _expected_limits(name, args))  # noqa: B023 - called at once
         got = call(format_limits, *args, case=case)
         expect_keys(got, LIMIT_KEYS, case=case, what="the returned dict")
         for key in LIMIT_KEYS:
-            expect_close(got[key], expected[key], case=case, what=f'"{key}"', reveal=False)
+            want = DEFERRED if expected is DEFERRED else expected[key]
+            expect_close(got[key], want, case=case, what=f'"{key}"', reveal=False)
     return len(cases)
 
 
@@ -308,7 +334,8 @@ def fp32_rounding_class(bits: int) -> str:
     return text
 
 
-def _drawn_round_cases(rng) -> list[tuple[str, torch.Tensor]]:
+def _drawn_round_cases(rng, i: int) -> list[tuple[str, torch.Tensor]]:
+    """Two tensors drawn at grading time from one generator (so one draw, `i` = 1, gives both cases)."""
     g = torch.Generator().manual_seed(rng.getrandbits(62))
     bits = torch.randint(-(2**31), 2**31, (500, 300), dtype=torch.int32, generator=g)
     scales = torch.tensor([rng.uniform(-30, 30) for _ in range(300)], dtype=torch.float64).exp2()
@@ -325,12 +352,16 @@ def _drawn_round_cases(rng) -> list[tuple[str, torch.Tensor]]:
 def check_round_to_bf16(round_to_bf16) -> int:
     expect_callable(round_to_bf16, "round_to_bf16")
     cases = _round_cases()
-    rng = grading_rng("e3_round_to_bf16")
-    if rng is not None:
-        cases += _drawn_round_cases(rng)
+    cases += [case for pair in drawn_cases("e3_round_to_bf16", 1, _drawn_round_cases) for case in pair]
     for name, x in cases:
         x_bits = x.view(torch.int32).clone()
-        got = call(round_to_bf16, x, case=name)
+        # the learner's copy, which its code may change; `x` stays the input of the reference
+        learner_x = x.clone()
+        got = call(round_to_bf16, learner_x, case=name)
+        changed = learner(
+            f"{name}: the input after the call",
+            lambda: int((learner_x.view(torch.int32) != x_bits).sum()),  # noqa: B023 - called at once
+        )
         expect_type(got, torch.Tensor, case=name, what="the result")
         if got.dtype != torch.float32:
             raise CheckFailed(
@@ -340,14 +371,16 @@ def check_round_to_bf16(round_to_bf16) -> int:
             raise CheckFailed(
                 f"case {name}: the result should have shape {tuple(x.shape)}; got {tuple(got.shape)}."
             )
-        changed = int((x.view(torch.int32) != x_bits).sum())
         if changed:
             raise CheckFailed(
                 f"case {name}: your function changed its input ({changed:,} of {x.numel():,} elements): "
                 "leave x as it is and return a new tensor."
             )
-        expected = x.to(torch.bfloat16).float()
-        got_bits = got.detach().cpu().view(torch.int32)
+        expected = reference(lambda: x.to(torch.bfloat16).float())  # noqa: B023 - called at once
+        if not judging():
+            continue
+        got = got.cpu()
+        got_bits = got.view(torch.int32)
         ok = torch.where(
             torch.isnan(expected),
             torch.isnan(got) & (got_bits & 0xFFFF == 0),
@@ -410,37 +443,42 @@ def public_ulps() -> dict[str, dict[str, float]]:
     )
 
 
-def _drawn_ulp_cases(rng) -> list[tuple[str, float, str, float]]:
-    """(case, x, format, expected ulp) for values drawn at grading time: random finite bit patterns, and a float64
-    just below a random power of two within the format's range (from 2^3 up, math.log2 rounds it up to the power)."""
-    ulp = references("lesson02").ulp
-    cases = []
-    for name in LESSON_FORMATS:
-        f = FORMATS[name]
-        values = []
-        while len(values) < 3:
+#: per format, the drawn values: three random finite bit patterns, then one float64 just below a power of two
+ULP_DRAWS_PER_FORMAT = 4
+
+
+def _drawn_ulp_case(rng, i: int) -> tuple[str, float, str, bool]:
+    """(case, x, format, drawn) for the i-th value drawn at grading time: per format (in LESSON_FORMATS' order)
+    three random finite bit patterns, then a float64 just below a random power of two within the format's range
+    (from 2^3 up, math.log2 rounds it up to the power)."""
+    name = LESSON_FORMATS[(i - 1) // ULP_DRAWS_PER_FORMAT]
+    f = FORMATS[name]
+    if (i - 1) % ULP_DRAWS_PER_FORMAT < ULP_DRAWS_PER_FORMAT - 1:
+        x = math.nan
+        while not math.isfinite(x):
             x = float(torch_decode([rng.getrandbits(f.bits)], f)[0])
-            if math.isfinite(x):
-                values.append(x)
+    else:
         top = math.frexp(torch.finfo(f.dtype).max)[1] - 1  # the largest power of two in range
-        values.append(rng.choice([-1, 1]) * math.nextafter(2.0 ** rng.randint(3, top), 0.0))
-        for x in values:
-            cases.append((drawn(len(cases) + 1, f"ulp({x!r}, {name!r})"), x, name, ulp(x, name)))
-    return cases
+        x = rng.choice([-1, 1]) * math.nextafter(2.0 ** rng.randint(3, top), 0.0)
+    return drawn(i, f"ulp({x!r}, {name!r})"), x, name, True
+
+
+def _expected_ulp(x: float, name: str, is_drawn: bool) -> float:
+    """The stored ulp of a public case, the grading reference's of a drawn one."""
+    return references("lesson02").ulp(x, name) if is_drawn else public_ulps()[name][float(x).hex()]
 
 
 @check("e4_ulp", points=2)
 def check_ulp(ulp) -> int:
     expect_callable(ulp, "ulp")
     cases = [
-        (f"ulp({x!r}, {name!r}), {description}", x, name, public_ulps()[name][float(x).hex()])
+        (f"ulp({x!r}, {name!r}), {description}", x, name, False)
         for name in LESSON_FORMATS
         for description, x in _ulp_cases(name)
     ]
-    rng = grading_rng("e4_ulp")
-    if rng is not None:
-        cases += _drawn_ulp_cases(rng)
-    for case, x, name, expected in cases:
+    cases += drawn_cases("e4_ulp", ULP_DRAWS_PER_FORMAT * len(LESSON_FORMATS), _drawn_ulp_case)
+    for case, x, name, is_drawn in cases:
+        expected = reference(lambda: _expected_ulp(x, name, is_drawn))  # noqa: B023 - called at once
         got = call(ulp, x, name, case=case)
         expect_type(got, numbers.Real, case=case, what="the ulp")
         expect_close(got, expected, case=case, what="the ulp", reveal=False)

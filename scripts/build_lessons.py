@@ -22,25 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_config(root: Path = ROOT):
-    """The nbgrader configuration in `root`/nbgrader_config.py, as nbgrader's converters see it."""
-    from traitlets.config.loader import PyFileConfigLoader
-
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
-    config.Exporter.default_preprocessors = []  # what nbgrader's BaseConverter does: only nbgrader's preprocessors
-    return config
-
-
-def lesson_dirs(solutions: Path) -> list[Path]:
-    """The lesson folders of `solutions` (as nbgrader globs them: not hidden, with a notebook in them)."""
-    if not solutions.is_dir():
-        return []
-    return sorted(
-        p for p in solutions.iterdir() if p.is_dir() and not p.name.startswith(".") and any(p.glob("*.ipynb"))
-    )
+from grading.course import ROOT, lesson_dirs, load_config
 
 
 def render(solutions: Path = ROOT / "solutions", config=None) -> dict[str, bytes]:

@@ -1,0 +1,520 @@
+"""Grade a folder of submissions and write a CSV: the batch driver behind scripts/grade.py.
+
+    python scripts/grade.py SUBMISSIONS_DIR --out grades.csv [--lessons SLUG ...] [--jobs N] [--shard K/N]
+                            [--seed S] [--timeout SECONDS] [--memory-limit GB] [--keep DIR]
+    python scripts/grade.py --merge shard-1.csv shard-2.csv ... --out grades.csv
+
+SUBMISSIONS_DIR holds one folder per student: SUBMISSIONS_DIR/<student>/<lesson-slug>/<lesson-slug>.ipynb (plus
+whatever else the student saved next to it). Every folder in it is a student, hidden ones included (with a note).
+Nothing under SUBMISSIONS_DIR or in this repository is written.
+
+1. A run folder (temporary, or --keep DIR) gets an nbgrader course made from the lessons' solutions/ folders
+   (`generate_assignment` records every graded cell in a gradebook) and a copy of the kit the sandboxes import
+   (memlab, autograders without its grading references).
+2. Each (student, lesson) is graded by its own process, grading/worker.py, `--jobs` at a time: nbgrader's own
+   autograde with the course's nbgrader_config.py (grading/autograde.py): the kernel runs sandboxed and only
+   collects what the learner's code returns; a judge process that never runs submitted code decides every check.
+   Every check also runs cases drawn from a seed (`--seed`, random by default, printed), derived per student and
+   lesson.
+3. Each result is appended to the CSV as soon as it is known (a crash loses nothing); at the end identical work
+   handed in by different students (lesson 08's adapter) is flagged, the CSV is rewritten in order (identical for
+   any --jobs), and a per-student file of totals is written next to it (`grades.csv` -> `grades-students.csv`).
+
+CSV columns: student, lesson, the points of every graded cell (a written answer is empty until graded by hand),
+total (points earned so far), max (every point of the lesson, written answers included), needs_manual (points still
+to grade by hand), flags (evidence of tampering or copying: read them), notes (why points were lost, what was
+repaired, code worth a look). Every text a submission can produce is escaped (control characters, lone surrogates)
+and cut to a length; a submission that breaks its worker costs that row only.
+
+`--shard K/N` grades every N-th student starting at the K-th (1-based) in sorted order, so N machines (a Slurm job
+array, a CI matrix) grade a class together; `--merge` joins their CSVs. Exit status: 0 when the batch was graded,
+whatever the students scored; 2 for a mistake in the command; 1 when the course itself could not be prepared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from grading import isolation
+from grading.autograde import prepare_kit
+from grading.course import (
+    ROOT,
+    CourseError,
+    copy_regular_files,
+    graded_cells,
+    lesson_dirs,
+    load_config,
+    prepare_course,
+)
+from grading.types import Result, Task
+
+FIXED_COLUMNS_END = ["total", "max", "needs_manual", "flags", "notes"]
+DEFAULT_MEMORY_GB = 8.0
+FIELD_CHARS = 4000  # a CSV field a submission's text can fill
+
+
+def fail(message: str) -> None:
+    """An instructor's mistake: one line, no traceback, exit status 2."""
+    print(f"grade.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def csv_text(text: str, limit: int = FIELD_CHARS) -> str:
+    """`text` safe for a CSV cell: lone surrogates and control characters escaped, at most `limit` characters."""
+    text = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    text = "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+    return text if len(text) <= limit else text[: limit - 20] + f"... ({len(text):,} chars)"
+
+
+def kernel_threads(jobs: int) -> int:
+    """Threads for each kernel's torch when `jobs` kernels share this machine's CPUs: its CPUs split between them.
+
+    torch starts as many intra-op threads as the machine has cores in *every* kernel, so --jobs 2 on 2 cores ran
+    4 spinning OpenMP threads on 2 cores: lessons 04 and 05 graded 2.6-6.3 times slower. OMP_NUM_THREADS (or
+    MKL_NUM_THREADS) set by the instructor wins."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // jobs)
+
+
+def list_students(submissions: Path) -> list[str]:
+    return sorted(p.name for p in submissions.iterdir() if p.is_dir() or p.is_symlink())
+
+
+def student_id(index: int, name: str) -> str:
+    """nbgrader's id of a student folder: ASCII letters, digits, - and _ only, unique by its index."""
+    safe = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-_") else "_" for ch in name).strip("_")
+    return f"s{index:04d}-{safe[:40] or 'student'}"
+
+
+def run_worker(task: Task, deadline: float) -> Result:
+    """Grade one submission in its own process; a worker past `deadline` seconds is killed with its kernel."""
+    task_path = Path(task.work_dir) / "task.json"
+    task.save(task_path)
+    log_path = Path(task.work_dir) / "worker.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "grading.worker", str(task_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            proc.wait(timeout=deadline)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            isolation.kill_tree(proc.pid)
+            proc.wait()
+            return Result(
+                seconds=deadline, notes=[f"grading was stopped after {deadline:g} s (--notebook-timeout)"]
+            )
+    try:
+        return Result.load(task.result_path)
+    except (OSError, ValueError, TypeError):
+        tail = log_path.read_text(errors="replace")[-300:]
+        return Result(
+            grader_error=True,
+            notes=[f"the grader's worker ended without a result (exit {proc.returncode}): {tail}"],
+        )
+
+
+def make_row(student: str, lesson: str, cells: list[tuple[str, float, bool]], result: Result) -> dict:
+    """A CSV row; a score of None is a written answer still to grade by hand. Every text is escaped."""
+    row = {"student": csv_text(student, 200), "lesson": lesson}
+    total = needs_manual = 0.0
+    for gid, points, _ in cells:
+        score = result.scores.get(gid, 0.0)
+        if score is None:
+            row[gid] = ""
+            needs_manual += points
+        else:
+            row[gid] = f"{float(score):g}"
+            total += float(score)
+    row.update(
+        total=f"{total:g}",
+        max=f"{sum(p for _, p, _ in cells):g}",
+        needs_manual=f"{needs_manual:g}",
+        flags=csv_text("; ".join(result.flags)),
+        notes=csv_text("; ".join(result.notes)),
+    )
+    return row
+
+
+def flag_copies(results: dict) -> None:
+    """Work with the same fingerprint handed in by different students: flag every one of them."""
+    owners: dict[tuple[str, str], list[str]] = {}
+    for (student, _lesson), (_task, result) in sorted(results.items()):
+        for gid, digest in result.fingerprints.items():
+            owners.setdefault((gid, digest), []).append(student)
+    for (student, _lesson), (_task, result) in results.items():
+        for gid, digest in result.fingerprints.items():
+            others = [s for s in owners[(gid, digest)] if s != student]
+            if others:
+                result.flags.append(
+                    f"{gid}: the same work as {', '.join(others[:5])} handed in (identical files)"
+                )
+
+
+# ---- the CSV ---------------------------------------------------------------------------------------------------
+
+
+class CsvWriter:
+    """Rows appended as they come (a crash loses nothing), then rewritten in order at the end."""
+
+    def __init__(self, path: Path, columns: list[str]):
+        self.path, self.columns, self.rows = path, columns, []
+        self._lock = threading.Lock()
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            csv.DictWriter(fh, fieldnames=columns).writeheader()
+
+    def append(self, row: dict) -> None:
+        with self._lock:
+            self.rows.append(row)
+            with open(self.path, "a", newline="", encoding="utf-8") as fh:
+                csv.DictWriter(fh, fieldnames=self.columns, restval="").writerow(row)
+
+    def finish(self, order) -> list[dict]:
+        rows = sorted(self.rows, key=order)
+        write_csv(self.path, rows, self.columns)
+        return rows
+
+
+def write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+def totals_path(out: Path) -> Path:
+    return out.with_name(f"{out.stem}-students{out.suffix or '.csv'}")
+
+
+def write_totals(out: Path, rows: list[dict]) -> Path:
+    """One row per student: lessons graded, total, max, points still to grade by hand, flagged lessons."""
+    students: dict[str, dict] = {}
+    for row in rows:
+        s = students.setdefault(
+            row["student"],
+            {
+                "student": row["student"],
+                "lessons": 0,
+                "total": 0.0,
+                "max": 0.0,
+                "needs_manual": 0.0,
+                "flagged_lessons": [],
+            },
+        )
+        s["lessons"] += 1
+        for key in ("total", "max", "needs_manual"):
+            s[key] += float(row[key] or 0)
+        if row.get("flags"):
+            s["flagged_lessons"].append(row["lesson"])
+    table = [
+        {
+            **s,
+            **{k: f"{s[k]:g}" for k in ("total", "max", "needs_manual")},
+            "flagged_lessons": " ".join(s["flagged_lessons"]),
+        }
+        for s in students.values()
+    ]
+    path = totals_path(out)
+    write_csv(
+        path,
+        sorted(table, key=lambda s: s["student"]),
+        ["student", "lessons", "total", "max", "needs_manual", "flagged_lessons"],
+    )
+    return path
+
+
+def print_summary(rows: list[dict]) -> None:
+    width = max([len("student"), *(len(r["student"]) for r in rows)])
+    lesson_width = max([len("lesson"), *(len(r["lesson"]) for r in rows)])
+    print(f"{'student':<{width}}  {'lesson':<{lesson_width}}  {'score':>9}  notes")
+    for r in rows:
+        score = f"{r['total']}/{r['max']}"
+        flag = "FLAGGED: " + r["flags"] + "; " if r.get("flags") else ""
+        print(f"{r['student']:<{width}}  {r['lesson']:<{lesson_width}}  {score:>9}  {flag}{r['notes']}")
+
+
+# ---- --keep: one gradebook with every submission, for formgrader -------------------------------------------------
+
+
+def import_into_gradebook(course: Path, student: str, sid: str, lesson: str, result: Result) -> None:
+    """Put a worker's autograded notebook into the run's main gradebook (formgrader reads it)."""
+    import nbformat
+    from nbgrader.api import Gradebook
+    from nbgrader.preprocessors import SaveAutoGrades
+
+    autograded = Path(result.autograded)
+    for stage, src in (
+        ("submitted", autograded.parents[3] / "submitted" / sid / lesson),
+        ("autograded", autograded.parent),
+    ):
+        dest = course / stage / sid / lesson
+        if dest.exists():
+            shutil.rmtree(dest)
+        copy_regular_files(src, dest)  # a link a kernel made in its folder is never followed
+    db_url = "sqlite:///" + str(course / "gradebook.db")
+    with Gradebook(db_url) as gradebook:
+        gradebook.update_or_create_student(sid, first_name=student)
+        gradebook.update_or_create_submission(lesson, sid)
+    resources = {"nbgrader": {"notebook": lesson, "assignment": lesson, "student": sid, "db_url": db_url}}
+    SaveAutoGrades().preprocess(nbformat.read(autograded, as_version=4), resources)
+
+
+# ---- main --------------------------------------------------------------------------------------------------------
+
+
+def merge(paths: list[Path], out: Path) -> int:
+    """Join the CSVs of several shards into one (and its per-student totals)."""
+    columns, rows, seen = None, [], {}
+    for path in paths:
+        if not path.is_file():
+            fail(f"--merge: {path} is not a file")
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            if reader.fieldnames is None or reader.fieldnames[:2] != ["student", "lesson"]:
+                fail(f"--merge: {path} is not a CSV written by grade.py")
+            if columns is None:
+                columns = list(reader.fieldnames)
+            elif list(reader.fieldnames) != columns:
+                fail(f"--merge: {path} has other columns than {paths[0]} (graded with other lessons?)")
+            for row in reader:
+                key = (row["student"], row["lesson"])
+                if key in seen:
+                    fail(f"--merge: {row['student']} / {row['lesson']} is in both {seen[key]} and {path}")
+                seen[key] = path
+                rows.append(row)
+    rows.sort(key=lambda r: (r["student"], r["lesson"]))
+    write_csv(out, rows, columns)
+    totals = write_totals(out, rows)
+    print(f"merged {len(paths)} files, {len(rows)} rows: wrote {out} and {totals}", file=sys.stderr)
+    return 0
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description="Grade SUBMISSIONS_DIR/<student>/<lesson>/<lesson>.ipynb with nbgrader, isolated; write a CSV.",
+    )
+    parser.add_argument("submissions", type=Path, metavar="SUBMISSIONS_DIR", nargs="?")
+    parser.add_argument("--out", type=Path, required=True, help="the CSV to write")
+    parser.add_argument("--lessons", nargs="+", metavar="SLUG", help="default: every lesson in solutions/")
+    parser.add_argument("--timeout", type=float, help="seconds per cell (default: nbgrader_config.py's)")
+    parser.add_argument(
+        "--notebook-timeout",
+        type=float,
+        default=1800.0,
+        help="seconds for one notebook in all (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="submissions graded at the same time, the CPUs split between them (default: 1)",
+    )
+    parser.add_argument(
+        "--shard", metavar="K/N", help="grade only every N-th student, from the K-th (1-based)"
+    )
+    parser.add_argument("--seed", type=int, help="seed of the cases drawn at grading time (default: random)")
+    parser.add_argument(
+        "--memory-limit",
+        type=float,
+        default=DEFAULT_MEMORY_GB,
+        metavar="GB",
+        help="memory of one submission's processes (default: %(default)s GiB)",
+    )
+    parser.add_argument("--solutions", type=Path, default=ROOT / "solutions", help="default: %(default)s")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="grade in DIR (empty) and keep it: one nbgrader course with every submission",
+    )
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="CSV", help="join shard CSVs into --out")
+    parser.add_argument(
+        "--no-isolation",
+        action="store_true",
+        help="grade without the sandbox (only where bubblewrap cannot run, never for credit)",
+    )
+    return parser.parse_args(argv)
+
+
+def check_out(out: Path) -> Path:
+    if out.exists() and out.is_dir():
+        fail(f"--out {out} is a folder; give the path of the CSV file to write")
+    if not out.resolve().parent.is_dir():
+        fail(f"--out {out}: the folder {out.resolve().parent} does not exist")
+    if not os.access(out.resolve().parent, os.W_OK):
+        fail(f"--out {out}: the folder {out.resolve().parent} is not writable")
+    return out.resolve()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = check_out(args.out)
+    if args.merge:
+        return merge(args.merge, out)
+    if args.submissions is None:
+        fail("give SUBMISSIONS_DIR (or --merge CSV ...)")
+    submissions = args.submissions.resolve()
+    if not submissions.exists():
+        fail(f"{args.submissions} does not exist")
+    if not submissions.is_dir():
+        fail(f"{args.submissions} is not a folder")
+    if args.timeout is not None and args.timeout <= 0:
+        fail(f"--timeout must be a positive number of seconds; got {args.timeout:g}")
+    if args.notebook_timeout <= 0:
+        fail(f"--notebook-timeout must be positive; got {args.notebook_timeout:g}")
+    if args.jobs < 1:
+        fail(f"--jobs must be at least 1; got {args.jobs}")
+    if args.memory_limit <= 0:
+        fail(f"--memory-limit must be positive; got {args.memory_limit:g}")
+    shard = None
+    if args.shard:
+        try:
+            k, n = (int(x) for x in args.shard.split("/"))
+            assert 1 <= k <= n
+        except (ValueError, AssertionError):
+            fail(f"--shard must be K/N with 1 <= K <= N (e.g. 2/8); got {args.shard!r}")
+        shard = (k, n)
+    solutions = args.solutions.resolve()
+    available = [p.name for p in lesson_dirs(solutions)]
+    lessons = sorted(args.lessons or available)
+    unknown = [slug for slug in lessons if slug not in available]
+    if unknown or not lessons:
+        fail(
+            f"no such lesson in {solutions}: {', '.join(unknown) or '(none at all)'}"
+            + (f" (lessons: {', '.join(available)})" if available else "")
+        )
+    students = list_students(submissions)
+    if not students:
+        fail(f"{args.submissions} has no student folders (expected {args.submissions}/<student>/<lesson>/)")
+    indexed = list(enumerate(students))
+    if shard:
+        indexed = [(i, s) for i, s in indexed if i % shard[1] == shard[0] - 1]
+    problem = None if args.no_isolation else isolation.unavailable()
+    if problem:
+        fail(f"{problem}. Or pass --no-isolation (a submission could then read and change what you can)")
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    timeout = args.timeout
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        if any(args.keep.iterdir()):
+            fail(f"--keep {args.keep}: the folder must be empty")
+
+    threads = kernel_threads(args.jobs)
+    print(
+        f"grading {len(indexed)} students x {len(lessons)} lessons, --jobs {args.jobs}"
+        + (
+            ""
+            if any(v in os.environ for v in isolation.THREAD_VARIABLES)
+            else f" ({threads} torch threads each)"
+        )
+        + f", seed {seed}"
+        + (f", shard {shard[0]}/{shard[1]}" if shard else ""),
+        file=sys.stderr,
+    )
+    with run_folder(args.keep) as run:
+        try:
+            course = prepare_course(run, solutions, lessons)
+        except CourseError as error:
+            print(f"grade.py: error: {error}", file=sys.stderr)
+            return 1
+        kit = prepare_kit(run / "kit")
+        cells = {slug: graded_cells(course / "solutions" / slug) for slug in lessons}
+        if timeout is None:
+            timeout = load_config(course).Execute.timeout
+        columns = ["student", "lesson"]
+        for slug in lessons:
+            columns += [g for g, _, _ in cells[slug] if g not in columns]
+        columns += FIXED_COLUMNS_END
+        writer = CsvWriter(out, columns)
+        tasks = []
+        for index, student in indexed:
+            sid = student_id(index, student)
+            for slug in lessons:
+                work = run / "work" / f"{sid}-{slug}"
+                work.mkdir(parents=True)
+                tasks.append(
+                    Task(
+                        student=student,
+                        student_id=sid,
+                        lesson=slug,
+                        submission=str(submissions / student / slug),
+                        template=str(course),
+                        work_dir=str(work),
+                        kit_dir=str(kit),
+                        timeout=timeout,
+                        seed=seed,
+                        memory_gb=args.memory_limit,
+                        threads=threads,
+                        isolate=not args.no_isolation,
+                    )
+                )
+        results = {}
+        try:
+            with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+                futures = {pool.submit(run_worker, t, args.notebook_timeout): t for t in tasks}
+                for future in as_completed(futures):
+                    task = futures[future]
+                    result = future.result()
+                    result.notes = _student_notes(task.student) + result.notes
+                    results[(task.student, task.lesson)] = (task, result)
+                    row = make_row(task.student, task.lesson, cells[task.lesson], result)
+                    writer.append(row)
+                    flagged = " FLAGGED" if row["flags"] else ""
+                    print(
+                        f"  {csv_text(task.student, 40):<20} {task.lesson}: {row['total']}/{row['max']}{flagged} "
+                        f"({result.seconds:.1f} s)",
+                        file=sys.stderr,
+                    )
+        except KeyboardInterrupt:
+            print("interrupted: the CSV holds the rows graded so far", file=sys.stderr)
+            writer.finish(_order(lessons))
+            return 130
+        flag_copies(results)
+        writer.rows = [make_row(t.student, t.lesson, cells[t.lesson], r) for t, r in results.values()]
+        rows = writer.finish(_order(lessons))
+        if args.keep is not None:
+            for (student, slug), (task, result) in sorted(results.items()):
+                if result.autograded:
+                    import_into_gradebook(course, student, task.student_id, slug, result)
+    totals = write_totals(out, rows)
+    print_summary(rows)
+    print(f"wrote {out} and {totals}", file=sys.stderr)
+    return 0
+
+
+def _student_notes(student: str) -> list[str]:
+    return (
+        ["the student folder's name starts with '.' (hidden on most systems): check it is a student"]
+        if student.startswith(".")
+        else []
+    )
+
+
+def _order(lessons: list[str]):
+    return lambda row: (row["student"], lessons.index(row["lesson"]))
+
+
+@contextlib.contextmanager
+def run_folder(keep: Path | None):
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
+            yield Path(tmp)
+        return
+    yield keep.resolve()

@@ -1,0 +1,96 @@
+"""The nbgrader course: its configuration, its lessons and their graded cells, and a prepared copy for grading."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class CourseError(Exception):
+    """The course itself cannot be prepared (not the fault of any submission)."""
+
+
+def load_config(root: Path = ROOT):
+    """The nbgrader configuration in `root`/nbgrader_config.py, as nbgrader's converters see it."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    config.Exporter.default_preprocessors = []  # what nbgrader's BaseConverter does: only nbgrader's preprocessors
+    return config
+
+
+def lesson_dirs(solutions: Path) -> list[Path]:
+    """The lesson folders of `solutions` (as nbgrader globs them: not hidden, with a notebook in them)."""
+    if not solutions.is_dir():
+        return []
+    return sorted(
+        p for p in solutions.iterdir() if p.is_dir() and not p.name.startswith(".") and any(p.glob("*.ipynb"))
+    )
+
+
+def graded_cells(lesson: Path) -> list[tuple[str, float, bool]]:
+    """(grade_id, points, graded by hand) of every graded cell of a lesson's (only) notebook, in order."""
+    import nbformat
+
+    (notebook,) = sorted(lesson.glob("*.ipynb"))
+    cells = []
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        meta = cell.get("metadata", {}).get("nbgrader") or {}
+        if meta.get("grade"):
+            cells.append((meta["grade_id"], float(meta.get("points", 0)), bool(meta.get("solution"))))
+    return cells
+
+
+def nbgrader_api(course: Path, **settings):
+    """nbgrader's API on `course`, configured by its nbgrader_config.py and `settings` ("Section.name": value)."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    warnings.filterwarnings("ignore", message=".* not in session", module="nbgrader")
+    bindir = os.path.dirname(sys.executable)  # nbgrader shells out to `alembic` when it creates a gradebook
+    os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    config = load_config(course)
+    config.CourseDirectory.root = str(course)
+    config.CourseDirectory.db_url = "sqlite:///" + str(course / "gradebook.db")
+    config.NbGraderAPI.log_level = "WARN"
+    for key, value in settings.items():
+        section, name = key.split(".")
+        setattr(config[section], name, value)
+    return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+
+
+def prepare_course(run: Path, solutions: Path, lessons: list[str]) -> Path:
+    """An nbgrader course in run/course with the lessons' sources and a gradebook that knows every graded cell."""
+    course = run / "course"
+    course.mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    for slug in lessons:
+        ignore = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
+        shutil.copytree(solutions / slug, course / "solutions" / slug, ignore=ignore)
+    api = nbgrader_api(course)
+    for slug in lessons:
+        result = api.generate_assignment(slug, force=True, create=True)
+        if not result["success"]:
+            raise CourseError(
+                f"nbgrader generate_assignment {slug} failed:\n{result.get('error') or result.get('log')}"
+            )
+    return course
+
+
+def copy_regular_files(src: Path, dest: Path) -> None:
+    """Copy the regular files under `src` to `dest`: a symbolic link (a file or a folder) is never followed."""
+    for root, dirs, files in os.walk(src, followlinks=False):
+        root_path = Path(root)
+        dirs[:] = [d for d in dirs if not (root_path / d).is_symlink()]
+        for name in files:
+            path = root_path / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            target = dest / path.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)

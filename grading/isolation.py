@@ -1,0 +1,280 @@
+"""Isolation of the processes that run submitted code: bubblewrap, prlimit, and a watch on the process tree.
+
+Two kinds of process run a learner's code under grading: the Jupyter kernel that executes the submitted notebook
+(`SandboxedKernelManager`, used by grading.nbgrader's Execute) and the fresh process in which the judge re-runs a
+measurement of the learner's code (grading/rerun.py). Both are started through `Sandbox.command`:
+
+- **bubblewrap** (`bwrap`, Debian's `bubblewrap`; https://github.com/containers/bubblewrap) builds the view: the
+  system's read-only folders, the Python installation, a copy of the grading kit without its references, and
+  read-write only the submission's own folder; a private `/tmp`, `/dev` (so a private `/dev/shm`) and `/proc`; new
+  PID, IPC, UTS and network namespaces (no network at all, not even the grader's loopback: the kernel talks to
+  nbclient over Unix sockets in its runtime folder); `/dev/nvidia*` passed through where the machine has them. The
+  repository, the solutions, the gradebook, other students' folders and the CSV do not exist in that view. Every
+  process dies with the sandbox (`--die-with-parent`, and the PID namespace dies with its first process).
+- **prlimit** (util-linux) sets the per-process limits: data segment (memory), file size, no core dumps, processes
+  (the last one counts only where the grader is not root).
+- **`Watch`** polls the sandbox's processes from outside (the grader's own thread: no submitted code runs in it) and
+  kills all of them when together they pass the memory limit or the process count limit, saying why.
+
+Nothing here is hand-written system calls: the namespaces and mounts are bubblewrap's, the limits prlimit's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import shutil
+import signal
+import sys
+import sysconfig
+import threading
+import time
+
+SYSTEM_FOLDERS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt", "/sys")
+GPU_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # set by an instructor, they win over the CPU share
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What one submission's processes may use together."""
+
+    memory_bytes: int = 8 * 2**30
+    processes: int = 256
+    file_bytes: int = 2 * 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class Sandbox:
+    """The view and the limits of one sandboxed process (and every process it starts)."""
+
+    kit_dir: str  # memlab + autograders (no references/): read-only, first on PYTHONPATH
+    workdir: str  # the submission's folder: read-write, the working directory
+    writable: tuple[str, ...] = ()  # more read-write folders at their own paths (the kernel's runtime folder)
+    readable: tuple[str, ...] = ()  # more read-only folders (Hugging Face's cache)
+    limits: Limits = Limits()
+    threads: int | None = None  # OMP_NUM_THREADS / MKL_NUM_THREADS for torch, unless the instructor set them
+    environment: tuple[tuple[str, str], ...] = ()  # more variables (the grading mode and seed)
+
+    def command(self, argv: list[str]) -> list[str]:
+        """`argv` run inside the sandbox."""
+        return [*_prlimit(self.limits), *self._bwrap(), "--", *argv]
+
+    def _bwrap(self) -> list[str]:
+        args = [_need("bwrap"), "--unshare-all", "--die-with-parent", "--proc", "/proc", "--dev", "/dev"]
+        args += ["--tmpfs", "/tmp", "--dir", "/tmp/home"]
+        # jupyter_client tells a kernel its parent's pid, which means nothing inside a PID namespace (ipykernel
+        # would take the parent for gone and exit); the sandbox dies with its parent anyway (--die-with-parent)
+        args += ["--unsetenv", "JPY_PARENT_PID"]
+        for folder in SYSTEM_FOLDERS:
+            args += ["--ro-bind-try", folder, folder]
+        for folder in (*python_folders(), *self.readable):
+            args += ["--ro-bind", folder, folder]
+        args += ["--ro-bind", self.kit_dir, self.kit_dir]
+        for folder in (self.workdir, *self.writable):
+            args += ["--bind", folder, folder]
+        for device in gpu_devices():
+            args += ["--dev-bind", device, device]
+        return [*args, "--chdir", self.workdir]
+
+    def env(self) -> dict[str, str]:
+        """The whole environment of the sandboxed process: nothing inherited but the locale and the threads."""
+        env = {
+            "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/tmp/home",
+            "TMPDIR": "/tmp",
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "PYTHONPATH": self.kit_dir,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+            "MPLBACKEND": "Agg",
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HOME": hf_home(),
+            "IPYTHONDIR": "/tmp/home/.ipython",
+            "MPLCONFIGDIR": "/tmp/home/.mpl",
+        }
+        for name in THREAD_VARIABLES:
+            if name in os.environ:
+                env[name] = os.environ[name]
+            elif self.threads:
+                env[name] = str(self.threads)
+        env.update(dict(self.environment))
+        return env
+
+
+def _prlimit(limits: Limits) -> list[str]:
+    return [
+        _need("prlimit"),
+        f"--data={limits.memory_bytes}",
+        f"--fsize={limits.file_bytes}",
+        "--core=0",
+        f"--nproc={limits.processes}",
+    ]
+
+
+def _need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise RuntimeError(f"grading needs `{tool}` ({PACKAGES[tool]}): {INSTALL_HINT}")
+    return path
+
+
+PACKAGES = {"bwrap": "Debian/Ubuntu package bubblewrap", "prlimit": "util-linux"}
+INSTALL_HINT = "apt-get install bubblewrap (or grade with --no-isolation, never for credit)"
+
+
+def python_folders() -> list[str]:
+    """The Python installation and its packages (the virtual environment and the interpreter it was made from)."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    paths |= {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    real = sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)})
+    return [p for p in real if not any(p != q and p.startswith(q + os.sep) for q in real)]
+
+
+def gpu_devices() -> list[str]:
+    return sorted({p for pattern in GPU_DEVICES for p in glob.glob(pattern)})
+
+
+def hf_home() -> str:
+    return os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface")
+
+
+def unavailable() -> str | None:
+    """Why submissions cannot be isolated on this machine (None when they can): tried, not guessed."""
+    import subprocess
+
+    if not sys.platform.startswith("linux"):
+        return f"grading isolates submissions with bubblewrap, which needs Linux; this is {sys.platform}"
+    for tool in ("bwrap", "prlimit"):
+        if shutil.which(tool) is None:
+            return f"grading needs `{tool}` ({PACKAGES[tool]}), which is not installed: {INSTALL_HINT}"
+    probe = subprocess.run(
+        [
+            shutil.which("bwrap"),
+            "--unshare-all",
+            "--ro-bind",
+            "/",
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if probe.returncode != 0:
+        return (
+            f"bubblewrap cannot create namespaces here ({probe.stderr.strip()[:200]}): allow unprivileged user "
+            "namespaces (e.g. sysctl kernel.unprivileged_userns_clone=1) or grade as root"
+        )
+    return None
+
+
+# ---- the watch: memory and processes of a sandbox, from outside --------------------------------------------------
+
+
+class Watch:
+    """Kill the process tree of `pid` (a sandbox's bwrap) when it passes `limits` together; `reason` says why."""
+
+    def __init__(self, pid: int, limits: Limits, interval: float = 0.1):
+        self.pid, self.limits, self.interval = pid, limits, interval
+        self.reason: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"watch-{pid}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            members = descendants(self.pid)
+            if not members and not _alive(self.pid):
+                return
+            if len(members) > self.limits.processes:
+                self.reason = f"it started more than {self.limits.processes} processes (the process limit)"
+            elif (
+                sum(_resident(p) for p in members) > self.limits.memory_bytes
+                and sum(_proportional(p) for p in members) > self.limits.memory_bytes
+            ):
+                gib = self.limits.memory_bytes / 2**30
+                self.reason = f"its processes used more than {gib:.1f} GiB together (the memory limit)"
+            if self.reason:
+                for p in [self.pid, *members]:
+                    kill(p)
+                return
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process that descends from `pid` (read from /proc)."""
+    parents = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            parent = _parent(int(name))
+            if parent is not None:
+                parents.setdefault(parent, []).append(int(name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    for p in [pid, *descendants(pid)]:
+        kill(p)
+
+
+def kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _resident(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _proportional(pid: int) -> int:
+    """PSS (shared pages split between their users: a fork is not counted twice); RSS where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return _resident(pid)
+
+
+def wait_for(pid: int, seconds: float) -> bool:
+    """Whether `pid` ended within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return not _alive(pid)

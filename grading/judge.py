@@ -1,0 +1,195 @@
+"""The judge: every check cell's verdict, reached in a process that never runs submitted code.
+
+    python -m grading.judge < REQUEST.json        (started by grading.autograde.JudgeChecks; prints its reply)
+
+The request holds, per check cell, the cell's locked source (`from autograders.lesson01 import check_x` and the
+call), the transcripts the cell showed (plain data, autograders/kit.py) and its error, if any; the student's seed of
+drawn cases; and, for checks that measure the learner's code (`Check.rerun`), the notebook's code so that a fresh
+sandboxed process can collect them again from the learner's definitions alone (grading/rerun.py).
+
+For each cell the judge imports the check from the course's own kit (trusted: never from the submission's folder),
+replays the transcript (`autograders.kit.judge`): each learner step returns what the kernel recorded, each
+reference step computes the expected value here, and the comparisons decide. A transcript that does not follow the
+check's own steps fails, and is flagged: honest code cannot produce one.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import json
+import sys
+
+
+@dataclasses.dataclass
+class CellRequest:
+    grade_id: str
+    source: str  # the locked source of the check cell
+    transcripts: list  # what the cell showed (possibly forged: plain data only)
+    error: str = ""  # the cell's own error, if it had one
+
+
+@dataclasses.dataclass
+class JudgeRequest:
+    seed: int
+    cells: list[CellRequest]
+    definitions: list[str] = dataclasses.field(default_factory=list)  # the notebook's code cells, for reruns
+    workdir: str = ""
+    source_dir: str = ""  # the lesson's source folder: where a check module that is not in the kit lives
+    kit_dir: str = ""  # the kit copy a rerun's sandbox imports ("" with isolation off)
+    memory_gb: float = 8.0
+    threads: int = 0
+    isolate: bool = True
+
+    def to_data(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_data(cls, data: dict) -> JudgeRequest:
+        return cls(**{**data, "cells": [CellRequest(**c) for c in data["cells"]]})
+
+
+@dataclasses.dataclass
+class CellVerdict:
+    grade_id: str
+    passed: bool
+    message: str  # the success line, or why the cell lost its points
+    ename: str = "CheckFailed"  # the error's name when it did not pass
+    kernel_error: bool = False  # no transcript, because the cell itself failed: keep the cell's own error
+    flag: str = ""  # evidence of tampering, for a human to read
+    fingerprint: str = ""  # SHA-256 of work handed in (lesson 08's adapter), compared across the class
+
+
+@dataclasses.dataclass
+class JudgeReply:
+    verdicts: list[CellVerdict]
+
+    def to_data(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_data(cls, data: dict) -> JudgeReply:
+        return cls([CellVerdict(**v) for v in data["verdicts"]])
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckCall:
+    """What a check cell's locked source calls: the check (module, function) and the names of its arguments."""
+
+    module: str
+    function: str
+    args: tuple[str, ...]
+    kwargs: tuple[tuple[str, str], ...]
+
+
+def parse_check_cell(source: str) -> CheckCall | None:
+    """The check call of a check cell (`from M import check_x` then `check_x(a, b)`), or None."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    imported = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = (node.module, alias.name)
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            call = node.value
+            if isinstance(call.func, ast.Name) and call.func.id in imported:
+                module, function = imported[call.func.id]
+                args = tuple(ast.unparse(a) for a in call.args)
+                kwargs = tuple((k.arg, ast.unparse(k.value)) for k in call.keywords if k.arg)
+                return CheckCall(module, function, args, kwargs)
+    return None
+
+
+def load_check(call: CheckCall, source_dir: str):
+    """The Check object `call` names, imported from the course's kit or the lesson's source folder."""
+    if source_dir and not call.module.startswith(("autograders.", "memlab.")) and source_dir not in sys.path:
+        sys.path.append(source_dir)
+    module = importlib.import_module(call.module)
+    function = getattr(module, call.function, None)
+    declared = getattr(function, "check", None)
+    if declared is None:
+        raise LookupError(f"{call.module}.{call.function} is not a check")
+    return declared
+
+
+def judge_cell(cell: CellRequest, request: JudgeRequest) -> CellVerdict:
+    from autograders import kit
+
+    call = parse_check_cell(cell.source)
+    if call is None:
+        return CellVerdict(cell.grade_id, False, "the check cell calls no check", ename="GradingError")
+    declared = load_check(call, request.source_dir)
+    if declared.cell != cell.grade_id:
+        text = f"the cell {cell.grade_id} calls the check of {declared.cell}"
+        return CellVerdict(cell.grade_id, False, text, ename="GradingError", flag=text)
+    if declared.rerun:
+        from grading.rerun import rerun
+
+        transcripts, error = rerun(call, request)
+        if error:
+            return CellVerdict(cell.grade_id, False, error, ename="RerunFailed")
+    else:
+        transcripts = cell.transcripts
+    if not transcripts:
+        if cell.error:
+            return CellVerdict(cell.grade_id, False, cell.error, ename="Error", kernel_error=True)
+        text = (
+            f"the cell ran without an error, but showed no record of the check {declared.name} "
+            "(was the check replaced, skipped or silenced?)"
+        )
+        return CellVerdict(cell.grade_id, False, text, ename="GradingError", flag=f"{cell.grade_id}: {text}")
+    if len(transcripts) > 1:
+        text = f"the cell showed {len(transcripts)} records of its check (one run shows one)"
+        return CellVerdict(cell.grade_id, False, text, ename="GradingError", flag=f"{cell.grade_id}: {text}")
+    try:
+        transcript = kit.Transcript.from_data(transcripts[0])
+    except (ValueError, TypeError, KeyError) as malformed:
+        text = f"the record of the check is malformed ({malformed})"
+        return CellVerdict(cell.grade_id, False, text, ename="GradingError", flag=f"{cell.grade_id}: {text}")
+    verdict = kit.judge(declared, transcript, len(call.args), [k for k, _ in call.kwargs])
+    if verdict.passed:
+        line = f"✓ {declared.name}: {verdict.cases} case{'s' if verdict.cases != 1 else ''} passed"
+        return CellVerdict(cell.grade_id, True, line, fingerprint=verdict.fingerprint)
+    flag = ""
+    if "does not match it" in verdict.message or "is of another check" in verdict.message:
+        flag = f"{cell.grade_id}: {verdict.message}"
+    ename = "NotGradedHere" if verdict.not_graded else "CheckFailed"
+    return CellVerdict(
+        cell.grade_id, False, verdict.message, ename=ename, flag=flag, fingerprint=verdict.fingerprint
+    )
+
+
+def judge_all(request: JudgeRequest) -> JudgeReply:
+    from autograders import kit
+
+    kit._SEED = request.seed  # the drawn cases of this student (the kit is the course's own, in this process)
+    verdicts = []
+    for cell in request.cells:
+        try:
+            verdicts.append(judge_cell(cell, request))
+        except (
+            Exception
+        ) as error:  # a bug of the grader: the cell loses nothing it can be blamed for silently
+            text = f"the judge itself failed on this cell ({type(error).__name__}: {error})"[:500]
+            verdicts.append(CellVerdict(cell.grade_id, False, text, ename="GraderError"))
+    return JudgeReply(verdicts)
+
+
+def main() -> int:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    request = JudgeRequest.from_data(json.loads(sys.stdin.read()))
+    reply = judge_all(request)
+    sys.stdout.write("\n" + json.dumps(reply.to_data()) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

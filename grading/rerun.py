@@ -1,0 +1,155 @@
+"""A measurement of the learner's code, collected again by the judge in a fresh process it starts.
+
+Checks that measure the learner's code (the memory of its step, the time it reports, how it probes for an
+out-of-memory error: `Check.rerun`) are not judged from the grading kernel's transcript: code that ran in that
+kernel before the check (a cell's top-level statements) could have prepared the process the measurement runs in.
+The judge starts a new process, sandboxed like the kernel (grading/isolation.py), in which
+
+1. the kit is imported first, in collect mode, with this student's seed: the check's module, memlab's tracker and
+   torch are in place before any of the learner's code exists;
+2. the learner's **definitions only** are loaded from the notebook's code cells, in order: `import` statements,
+   functions, classes, and assignments of literal constants (`ast.literal_eval`); no other top-level statement runs
+   (no training, no patching, no prints);
+3. the check collects, exactly as in a kernel, and the transcript is printed as the last line of output.
+
+The judge then judges that transcript. The learner's function still runs here (it is what is measured), so it could
+patch the measurement while it runs: what this buys is that nothing ran before the measurement started.
+
+    python -m grading.rerun < REQUEST.json      (inside the sandbox; started by `rerun`)
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+RERUN_TIMEOUT = 900.0
+
+
+def definitions(sources: list[str]) -> str:
+    """The definitions of `sources` (code cells), as one module's source."""
+    kept = []
+    for source in sources:
+        lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+        try:
+            tree = ast.parse("\n".join(lines))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(
+                node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+            ):
+                kept.append(node)
+            elif (
+                isinstance(node, (ast.Assign, ast.AnnAssign))
+                and node.value is not None
+                and _literal(node.value)
+            ):
+                kept.append(node)
+    return ast.unparse(ast.Module(body=kept, type_ignores=[]))
+
+
+def _literal(node) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def rerun(call, request) -> tuple[list, str]:
+    """([transcript], "") from a fresh sandboxed process, or ([], why it could not be collected)."""
+    from grading import isolation
+
+    payload = json.dumps(
+        {
+            "module": call.module,
+            "function": call.function,
+            "args": list(call.args),
+            "kwargs": [list(k) for k in call.kwargs],
+            "definitions": definitions(request.definitions),
+            "source_dir": request.source_dir,
+        }
+    )
+    argv = [sys.executable, "-m", "grading.rerun"]
+    workdir = os.path.join(request.workdir, ".rerun") if request.workdir else os.getcwd()
+    os.makedirs(workdir, exist_ok=True)
+    env = {"COURSE_GRADING": "collect", "COURSE_GRADING_SEED": str(request.seed)}
+    if request.isolate:
+        sandbox = isolation.Sandbox(
+            kit_dir=request.kit_dir,
+            workdir=workdir,
+            readable=tuple(p for p in (request.source_dir, _grading_dir()) if p),
+            limits=isolation.Limits(memory_bytes=int(request.memory_gb * 2**30)),
+            threads=request.threads or None,
+            environment=tuple(env.items()),
+        )
+        command, environment = sandbox.command(argv), sandbox.env()
+        environment["PYTHONPATH"] = f"{request.kit_dir}:{os.path.dirname(_grading_dir())}"
+    else:
+        command, environment = argv, {**os.environ, **env}
+    try:
+        proc = subprocess.run(
+            command,
+            input=payload,
+            capture_output=True,
+            text=True,
+            timeout=RERUN_TIMEOUT,
+            env=environment,
+            cwd=workdir,
+        )
+    except subprocess.TimeoutExpired:
+        return (
+            [],
+            f"the measurement of your code, run again by the grader, took more than {RERUN_TIMEOUT:g} s",
+        )
+    last = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
+    try:
+        data = json.loads(last[0]) if last else None
+    except json.JSONDecodeError:
+        data = None
+    if proc.returncode != 0 or not isinstance(data, dict):
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return [], f"your definitions, run again by the grader to measure them, failed: {tail[0][:300]}"
+    if "error" in data:
+        return [], str(data["error"])[:500]
+    return [data["transcript"]], ""
+
+
+def _grading_dir() -> str:
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def main() -> int:
+    """Inside the sandbox: the kit first, then the definitions, then the check's collection."""
+    import importlib
+
+    from autograders import kit  # noqa: F401 - collect mode, read from the environment at import
+
+    request = json.loads(sys.stdin.read())
+    if request["source_dir"] and request["source_dir"] not in sys.path:
+        sys.path.append(request["source_dir"])
+    module = importlib.import_module(request["module"])
+    declared = getattr(module, request["function"]).check
+    namespace: dict = {"__name__": "__main__"}
+    try:
+        exec(compile(request["definitions"], "<your definitions>", "exec"), namespace)
+    except Exception as error:
+        print(json.dumps({"error": f"your definitions could not be loaded: {type(error).__name__}: {error}"}))
+        return 0
+    try:
+        args = [namespace[name] if name in namespace else eval(name, namespace) for name in request["args"]]
+        kwargs = {k: eval(v, namespace) for k, v in request["kwargs"]}
+    except Exception as error:
+        print(json.dumps({"error": f"the check's arguments are not among your definitions ({error})"}))
+        return 0
+    transcript = kit.collect(declared, args, kwargs)
+    print("\n" + json.dumps({"transcript": transcript.to_data()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

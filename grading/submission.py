@@ -1,0 +1,209 @@
+"""A submission read as data, before and after nbgrader runs it: never executed here.
+
+- `read_submission`: the notebook file, refused with one line for the CSV when it is a link, empty, too large, not
+  JSON or not a notebook; nbformat 3 is converted.
+- `copy_lesson_folder`: the other files the student handed in, regular files only (links are never followed),
+  within a size budget.
+- `static_review`: `review:` notes on code the learner wrote that reaches into the grading machinery (frames,
+  the garbage collector, ctypes, the kit...): not a verdict, something for a human to read.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+from pathlib import Path
+
+MAX_NOTEBOOK_BYTES = 100 * 2**20
+MAX_FOLDER_BYTES = 500 * 2**20
+SKIPPED_FOLDERS = {".ipynb_checkpoints", "__pycache__", "autograders", "memlab"}
+
+
+def grade_id(cell) -> str | None:
+    meta = cell.get("metadata", {}).get("nbgrader")
+    return meta.get("grade_id") if isinstance(meta, dict) else None
+
+
+def is_test_cell(cell) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader") or {}
+    return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+class Refused(Exception):
+    """The submission cannot be graded at all; the message is the note."""
+
+
+def read_submission(folder: Path, slug: str):
+    """The submitted notebook of `slug` in `folder` as an nbformat-4 notebook, and notes; or Refused."""
+    import nbformat
+
+    path = folder / f"{slug}.ipynb"
+    if folder.parent.is_symlink():
+        raise Refused("the student folder is a symbolic link: not graded")
+    if folder.is_symlink():
+        raise Refused(f"the {slug}/ folder is a symbolic link: not graded")
+    if path.is_symlink():
+        raise Refused(f"{slug}.ipynb is a symbolic link: not graded (submit the notebook itself)")
+    if not path.is_file():
+        raise Refused(missing_note(folder, slug))
+    size = path.stat().st_size
+    if size == 0:
+        raise Refused(f"{slug}.ipynb is an empty file (0 bytes)")
+    if size > MAX_NOTEBOOK_BYTES:
+        raise Refused(f"{slug}.ipynb is {size / 2**20:.0f} MiB, more than {MAX_NOTEBOOK_BYTES // 2**20} MiB")
+    text = path.read_bytes()
+    try:
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise Refused(f"{slug}.ipynb is not a notebook (not valid JSON: {error})") from None
+    if not isinstance(data, dict) or "nbformat" not in data:
+        raise Refused(f"{slug}.ipynb is JSON but not a notebook (no nbformat field)")
+    notes = []
+    try:
+        nb = nbformat.reads(text.decode("utf-8"), as_version=4)
+    except Exception as error:  # nbformat's own validation and conversion errors
+        raise Refused(
+            f"{slug}.ipynb could not be read as a notebook ({type(error).__name__}: {error})"
+        ) from None
+    if data.get("nbformat") != 4:
+        notes.append(f"converted from nbformat {data.get('nbformat')} to 4")
+    if not isinstance(nb.get("cells"), list):
+        raise Refused(f"{slug}.ipynb has no list of cells")
+    return nb, notes
+
+
+def missing_note(folder: Path, slug: str) -> str:
+    if not folder.is_dir():
+        return f"missing: no {slug}/ folder"
+    found = sorted(p.name for p in folder.glob("*.ipynb"))
+    return f"missing: no {slug}/{slug}.ipynb" + (f" (found {', '.join(found)})" if found else "")
+
+
+def copy_lesson_folder(src: Path, dest: Path, notebook_name: str) -> list[str]:
+    """Copy the regular files of a submitted lesson folder (not the notebook: written apart), within a budget."""
+    notes, budget = [], MAX_FOLDER_BYTES
+    links = []
+    for root, dirs, files in os.walk(src, followlinks=False):
+        root_path = Path(root)
+        for name in list(dirs):
+            if (root_path / name).is_symlink():
+                links.append((root_path / name).relative_to(src).as_posix())
+                dirs.remove(name)
+            elif name in SKIPPED_FOLDERS:
+                dirs.remove(name)
+        for name in files:
+            path = root_path / name
+            relative = path.relative_to(src)
+            if relative.as_posix() == notebook_name:
+                continue
+            if path.is_symlink():
+                links.append(relative.as_posix())
+                continue
+            if not path.is_file():
+                continue
+            size = path.stat().st_size
+            if size > budget:
+                notes.append(
+                    f"{relative.as_posix()} was not copied ({size / 2**20:.0f} MiB: over the size budget)"
+                )
+                continue
+            budget -= size
+            target = dest / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+    if links:
+        notes.append(f"ignored symbolic link(s): {', '.join(sorted(links)[:5])}")
+    return notes
+
+
+#: names and attributes that reach into the grading machinery rather than solve an exercise
+STATIC_PATTERNS = {
+    "autograders": "imports the grading kit (autograders)",
+    "modules": "touches sys.modules",
+    "builtins": "touches builtins",
+    "__builtins__": "touches builtins",
+    "get_ipython": "drives IPython itself (get_ipython)",
+    "set_custom_exc": "changes how IPython shows errors (set_custom_exc)",
+    "input_transformers_cleanup": "transforms cell sources (IPython input transformers)",
+    "input_transformers_post": "transforms cell sources (IPython input transformers)",
+    "ast_transformers": "transforms cell code (IPython AST transformers)",
+    "showtraceback": "replaces IPython's error display",
+    "_getframe": "reads call-stack frames",
+    "currentframe": "reads call-stack frames",
+    "f_back": "reads call-stack frames",
+    "f_locals": "reads call-stack frames",
+    "f_globals": "reads call-stack frames",
+    "tb_frame": "reads call-stack frames",
+    "__closure__": "reads function closures",
+    "__globals__": "reads function globals",
+    "__code__": "reads or replaces function code",
+    "get_referrers": "searches the garbage collector",
+    "get_objects": "searches the garbage collector",
+    "ctypes": "uses ctypes (raw memory)",
+    "settrace": "installs a trace function",
+    "setprofile": "installs a profile function",
+    "addaudithook": "installs an audit hook",
+    "_exit": "exits the process (os._exit)",
+    "reload": "reloads modules",
+    "__import__": "imports by name at run time",
+    "import_module": "imports by name at run time",
+    "COURSE_GRADING": "reads or changes the grading mode",
+}
+
+
+def static_review(nb, source) -> list[str]:
+    """'review: <where>: <what>' for code the learner wrote that reaches into the grading machinery."""
+    source_texts = {
+        c.source for c in source.cells if not (c.get("metadata", {}).get("nbgrader") or {}).get("solution")
+    }
+    imported_modules: set[str] = set()
+    findings = []
+    for index, cell in enumerate(nb.cells):
+        if cell.get("cell_type") != "code" or cell.source in source_texts:
+            continue
+        where = grade_id(cell) or f"cell {index + 1}"
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue  # IPython magics; the kernel will say what is wrong
+        found = []
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Name):
+                names.append(node.id)
+            elif isinstance(node, ast.Attribute):
+                names.append(node.attr)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                module = getattr(node, "module", None) or ""
+                names += [module.split(".")[0], *(a.name.split(".")[0] for a in node.names)]
+                imported_modules.update(a.asname or a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names += [w for w in ("COURSE_GRADING", "autograders") if w in node.value]
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    root = target
+                    while isinstance(root, ast.Attribute):
+                        root = root.value
+                    if (
+                        isinstance(target, ast.Attribute)
+                        and isinstance(root, ast.Name)
+                        and root.id
+                        in {
+                            "torch",
+                            "np",
+                            "numpy",
+                            "math",
+                            "os",
+                            "sys",
+                            "builtins",
+                            "memlab",
+                            *imported_modules,
+                        }
+                    ):
+                        found.append(f"replaces {ast.unparse(target)}")
+            found += [STATIC_PATTERNS[n] for n in names if n in STATIC_PATTERNS]
+        for text in dict.fromkeys(found):
+            findings.append(f"review: {where}: {text}")
+    return findings[:10]

@@ -1,0 +1,59 @@
+"""The data that crosses between the grader's processes: one task in, one result out (JSON through a file)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+
+@dataclasses.dataclass
+class Task:
+    """One (student, lesson) to grade, as grading/batch.py hands it to grading/worker.py."""
+
+    student: str  # the folder's name, as the CSV shows it
+    student_id: str  # nbgrader's id of the student (ASCII, unique)
+    lesson: str
+    submission: str  # the student's lesson folder
+    template: str  # the prepared nbgrader course (sources and gradebook)
+    work_dir: str  # this task's private folder
+    kit_dir: str  # the kit copy the sandboxes import
+    timeout: float  # seconds per cell
+    seed: int  # the class's grading seed (each student's own is derived from it)
+    memory_gb: float
+    threads: int
+    isolate: bool
+
+    @property
+    def result_path(self) -> Path:
+        return Path(self.work_dir) / "result.json"
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def load(cls, path: Path) -> Task:
+        return cls(**json.loads(path.read_text()))
+
+
+@dataclasses.dataclass
+class Result:
+    """What grading one (student, lesson) gave."""
+
+    scores: dict[str, float | None] = dataclasses.field(default_factory=dict)  # None: to grade by hand
+    manual: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    flags: list[str] = dataclasses.field(default_factory=list)
+    fingerprints: dict[str, str] = dataclasses.field(
+        default_factory=dict
+    )  # grade id -> SHA-256 of handed-in work
+    seconds: float = 0.0
+    autograded: str = ""  # the autograded notebook (in the task's work folder)
+    grader_error: bool = False
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def load(cls, path: Path) -> Result:
+        return cls(**json.loads(path.read_text()))

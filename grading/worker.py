@@ -1,0 +1,170 @@
+"""Grade ONE submitted notebook: the unit of work of grading/batch.py (one process per submission).
+
+    python -m grading.worker TASK.json        (started by scripts/grade.py; writes the task's result.json)
+
+1. The submission is read as data (grading/submission.py); a notebook that cannot be graded is one line of notes.
+   Cells carrying grade ids the lesson does not have lose their grading metadata (nbgrader would stop at them).
+2. nbgrader autogrades it in a private copy of the course, with the course's own nbgrader_config.py: the kernel
+   runs sandboxed and only collects, the judge decides (grading/autograde.py), nbgrader puts back deleted check
+   cells and restores edited ones, and its gradebook holds the scores. This is the same code path as a plain
+   `nbgrader autograde`, with the task's seed, limits and timeout as configuration.
+3. The result (grading/types.py) is written as JSON: the gradebook's scores, the judge's notes and flags from the
+   autograded notebook, and why each lost cell lost its points.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from grading.course import graded_cells, nbgrader_api
+from grading.submission import Refused, copy_lesson_folder, grade_id, is_test_cell, read_submission
+from grading.types import Result, Task
+
+NOTE_CHARS = 300
+
+
+def drop_unknown_grade_ids(nb, known: set[str]) -> list[str]:
+    notes = []
+    for cell in nb.cells:
+        gid = grade_id(cell)
+        if "nbgrader" in cell.get("metadata", {}) and gid not in known:
+            del cell.metadata["nbgrader"]
+            if gid:
+                notes.append(f"a cell carried the unknown grade id {gid!r}: graded as an ordinary cell")
+    return notes
+
+
+def grade(task: Task) -> Result:
+    import nbformat
+
+    slug, student = task.lesson, task.student_id
+    work = Path(task.work_dir)
+    source_folder = Path(task.template) / "solutions" / slug
+    cells = graded_cells(source_folder)
+    result = Result(scores={g: 0.0 for g, _, _ in cells}, manual=[g for g, _, m in cells if m])
+    start = time.perf_counter()
+    try:
+        nb, notes = read_submission(Path(task.submission), slug)
+    except Refused as refused:
+        result.notes.append(str(refused))
+        result.manual = []
+        return result
+    source = nbformat.read(source_folder / f"{slug}.ipynb", as_version=4)
+    result.notes += notes + drop_unknown_grade_ids(nb, {grade_id(c) for c in source.cells if grade_id(c)})
+
+    course = work / "course"
+    shutil.copytree(source_folder, course / "solutions" / slug)
+    shutil.copy(Path(task.template) / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copy(Path(task.template) / "gradebook.db", course / "gradebook.db")
+    submitted = course / "submitted" / student / slug
+    submitted.mkdir(parents=True)
+    result.notes += copy_lesson_folder(Path(task.submission), submitted, f"{slug}.ipynb")
+    nbformat.write(nb, submitted / f"{slug}.ipynb")
+
+    api = nbgrader_api(
+        course,
+        **{
+            "Execute.timeout": int(task.timeout),
+            "GradingSettings.seed": task.seed,
+            "GradingSettings.memory_gb": task.memory_gb,
+            "GradingSettings.threads": task.threads,
+            "GradingSettings.isolate": task.isolate,
+            "GradingSettings.kit_dir": task.kit_dir,
+        },
+    )
+    outcome = api.autograde(slug, student, force=True, create=True)
+    result.seconds = time.perf_counter() - start
+    if not outcome["success"]:
+        result.notes.insert(0, "autograde failed: " + autograde_error(outcome)[:NOTE_CHARS])
+        return result
+    autograded_path = course / "autograded" / student / slug / f"{slug}.ipynb"
+    autograded = nbformat.read(autograded_path, as_version=4)
+    read_autograded(course, slug, student, autograded, cells, result)
+    result.autograded = str(autograded_path)
+    return result
+
+
+def read_autograded(course: Path, slug: str, student: str, autograded, cells, result: Result) -> None:
+    """Scores from the gradebook; notes, flags and fingerprints from the autograded notebook."""
+    from nbgrader.api import Gradebook
+
+    from grading.autograde import FINDINGS_KEY
+
+    with Gradebook("sqlite:///" + str(course / "gradebook.db")) as gradebook:
+        for notebook in gradebook.find_submission(slug, student).notebooks:
+            for g in notebook.grades:
+                score = g.manual_score if g.manual_score is not None else g.auto_score
+                result.scores[g.name] = None if score is None else float(score)  # None: to grade by hand
+    findings = autograded.metadata.get(FINDINGS_KEY, {})
+    result.notes += [str(n) for n in findings.get("notes", [])]
+    result.flags += [str(f) for f in findings.get("flags", [])]
+    result.fingerprints = {str(k): str(v) for k, v in findings.get("fingerprints", {}).items()}
+    lost = {g for g, points, manual in cells if not manual and (result.scores.get(g) or 0) < points}
+    result.notes += failure_notes(autograded, lost)
+    for gid in result.manual:
+        result.notes.append(
+            f"{gid}: needs manual grading" if result.scores[gid] is None else f"{gid}: no answer"
+        )
+
+
+def failure_notes(notebook, lost: set[str]) -> list[str]:
+    """'grade_id: Error: first line' for each autograded cell of `lost`, and for the solution cell of its exercise
+    when that cell failed too (the first cause: e.g. a MemoryError before the function was defined)."""
+    notes = []
+    solutions = {g[: -len("_check")] for g in lost if g.endswith("_check")}
+    for cell in notebook.cells:
+        gid = grade_id(cell)
+        if gid in solutions and cell.get("cell_type") == "code":
+            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+            if errors:
+                notes.append(
+                    f"{gid}: {errors[0].get('ename', 'Error')}: {_first_line(errors[0])}"[:NOTE_CHARS]
+                )
+            continue
+        if gid not in lost or not is_test_cell(cell):
+            continue
+        texts = []
+        for error in (o for o in cell.get("outputs", []) if o.get("output_type") == "error"):
+            text = f"{error.get('ename', 'Error')}: {_first_line(error)}".rstrip(": ")
+            if text not in texts:
+                texts.append(text)
+        notes.append(f"{gid}: " + (" / ".join(texts) or "no points")[:NOTE_CHARS])
+    return notes
+
+
+def _first_line(error) -> str:
+    return ((error.get("evalue") or "").strip().splitlines() or [""])[0]
+
+
+def autograde_error(outcome: dict) -> str:
+    """The exception behind a failed nbgrader run (its own NbGraderException only says "see the log")."""
+    import re
+
+    pattern = re.compile(r"^\s*[\w.]*(Error|Exception|Interrupt|Exit)\b.*")
+    lines = f"{outcome.get('log', '')}\n{outcome.get('error', '')}".splitlines()
+    causes = [m.group(0).strip() for line in lines if (m := pattern.match(line))]
+    causes = [c for c in causes if "NbGraderException" not in c]
+    return causes[-1] if causes else "see nbgrader's log (grade.py --keep DIR keeps it)"
+
+
+def main(argv: list[str]) -> int:
+    task = Task.load(Path(argv[0]))
+    try:
+        result = grade(task)
+    except (
+        Exception
+    ):  # a bug of the grader, not the student's fault: say so in the notes, keep the batch going
+        result = Result(
+            notes=["the grader itself failed on this submission: " + traceback.format_exc(limit=3)[-300:]],
+            grader_error=True,
+        )
+    result.save(task.result_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
