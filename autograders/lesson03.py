@@ -1,14 +1,20 @@
 """Checks for lesson 03 — AMP and GradScaler.
 
-No check holds an answer. `underflow_fraction`: stored fractions for the public cases (autograders/data/lesson03.json,
-made from torch's own casts by autograders/references/lesson03.py, which is not in the learner release).
-`DynamicLossScaler`: `torch.amp.GradScaler` driven through the same steps on an identical model. `amp_train_step`:
-watched, not compared with a reference step: the gradients right after backward, the gradients the optimizer
-applies, the forward pass's dtype and the scaler's calls must agree with each other as the recipe requires.
-`measure_amp_step` (GPU): compared with what the check sees from outside the call (the allocator's peak, the time
-between optimizer steps). Under strict grading every check but the GPU one also draws cases of its own
-(`grading_rng`). The checks run on the CPU at tiny sizes, except `check_measure_amp_step`, which needs a CUDA GPU
-with bf16 tensor cores; its logic is `run_measure_amp_step_check(fn, device)`, which the tests also run on the CPU.
+No check holds an answer, and every expected value is computed in a reference step (autograders/kit.py), so under
+grading only the judge ever has it. `underflow_fraction`: stored fractions for the public cases
+(autograders/data/lesson03.json, made from torch's own casts by autograders/references/lesson03.py, which is not in
+the learner release), the reference itself for drawn ones. `DynamicLossScaler`: `torch.amp.GradScaler` driven
+through the same steps on an identical model (a reference step); the learner's scaler, its model and optimizer live
+only in learner steps, which hand out what each step did (the scaled loss, what step() returned, whether the
+optimizer stepped, the parameters, the scale). `amp_train_step`: watched, not compared with a reference step: the
+gradients right after backward, the gradients the optimizer applies, the forward pass's dtype and the scaler's calls
+(facts a learner step hands out) must agree with each other as the recipe requires; the expected loss is the check's
+own forward pass at the parameters before the step. `measure_amp_step` (GPU): compared with what the check sees
+from outside the call (the allocator's peak, the time between optimizer steps), measured in the same learner step
+as the call (`rerun`: under grading it is collected again in a fresh process). Under grading every check but the GPU
+one also draws cases of its own (`drawn_cases`). The checks run on the CPU at tiny sizes, except
+`check_measure_amp_step`, which needs a CUDA GPU with bf16 tensor cores; its logic is
+`run_measure_amp_step_check(fn, device)`, which the tests also run on the CPU.
 """
 
 from __future__ import annotations
@@ -26,18 +32,22 @@ import torch
 import torch.nn.functional as F
 
 from autograders.kit import (
+    DEFERRED,
     CheckFailed,
     call,
     check,
     drawn,
+    drawn_cases,
     expect_callable,
     expect_close,
     expect_keys,
     expect_type,
-    grading_rng,
     how_far,
+    judging,
+    learner,
     needs_hardware,
     read_only,
+    reference,
     references,
 )
 from memlab.measure import track_memory
@@ -122,39 +132,41 @@ def public_underflow() -> dict[str, float]:
     )
 
 
-def _drawn_underflow_cases(rng: random.Random):
-    underflow_fraction = references("lesson03").underflow_fraction
-    cases = []
-    for i in range(1, 4):
-        low = rng.randint(-60, -20)
-        sizes = [rng.randint(1, 300) for _ in range(rng.randint(1, 3))]
-        grads = [_log_uniform(n, max(low, -126), rng.randint(-10, 2), rng) for n in sizes]
-        scale, dtype = 2.0 ** rng.randint(0, 20), rng.choice([torch.float16, torch.float16, torch.bfloat16])
-        name = drawn(
-            i, f"{len(grads)} tensor(s) of {sizes} elements, scale 2^{int(math.log2(scale))}, {dtype}"
-        )
-        cases.append((name, grads, scale, dtype, underflow_fraction(grads, scale, dtype)))
-    return cases
+def _drawn_underflow_case(rng: random.Random, i: int):
+    """Gradients, a scale and a format drawn at grading time."""
+    low = rng.randint(-60, -20)
+    sizes = [rng.randint(1, 300) for _ in range(rng.randint(1, 3))]
+    grads = [_log_uniform(n, max(low, -126), rng.randint(-10, 2), rng) for n in sizes]
+    scale, dtype = 2.0 ** rng.randint(0, 20), rng.choice([torch.float16, torch.float16, torch.bfloat16])
+    name = drawn(i, f"{len(grads)} tensor(s) of {sizes} elements, scale 2^{int(math.log2(scale))}, {dtype}")
+    return name, grads, scale, dtype
+
+
+def _expected_underflow(name: str, grads, scale: float, dtype: torch.dtype) -> float:
+    """A public case's stored fraction; a drawn case's from the grading reference."""
+    stored = public_underflow()
+    if name in stored:
+        return stored[name]
+    return references("lesson03").underflow_fraction(grads, scale, dtype)
 
 
 @check("e1_underflow_fraction", points=2)
 def check_underflow_fraction(underflow_fraction) -> int:
     expect_callable(underflow_fraction, "underflow_fraction")
-    cases = [(*case, public_underflow()[case[0]]) for case in _underflow_cases()]
-    rng = grading_rng("e1_underflow_fraction")
-    if rng is not None:
-        cases += _drawn_underflow_cases(rng)
-    for name, grads, scale, dtype, expected in cases:
+    cases = _underflow_cases() + drawn_cases("e1_underflow_fraction", 3, _drawn_underflow_case)
+    for name, grads, scale, dtype in cases:
+        expected = reference(lambda: _expected_underflow(name, grads, scale, dtype))  # noqa: B023 - called at once
         copies = [None if t is None else t.clone() for t in grads]
         got = call(underflow_fraction, copies, scale, dtype=dtype, case=name)
         expect_type(got, float, case=name, what="the fraction")
         if not 0.0 <= got <= 1.0:
             raise CheckFailed(f"case {name}: the fraction should be between 0 and 1; got {got}.")
-        for before, after in zip(grads, copies):
-            if before is not None and not torch.equal(before, after):
-                raise CheckFailed(
-                    f"case {name}: your function changed the gradients it was given (in place)."
-                )
+        unchanged = learner(
+            f"{name} (the gradients it was given, after the call)",
+            lambda: [b is None or torch.equal(b, a) for b, a in zip(grads, copies)],  # noqa: B023
+        )
+        if not all(unchanged):
+            raise CheckFailed(f"case {name}: your function changed the gradients it was given (in place).")
         expect_close(
             got, expected, case=name, what="the underflow fraction", rtol=1e-6, atol=1e-9, reveal=False
         )
@@ -239,8 +251,10 @@ def _a(event: str) -> str:
     return {"inf": "an inf", "-inf": "a -inf", "NaN": "a NaN"}[event]
 
 
-def _first_param_mismatch(model, reference):
-    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+def _first_param_mismatch(params, reference):
+    """The first of `params` ([name, tensor] pairs: the learner's model after step()) that differs from the
+    reference model's (tensors, in the same order): (name, max abs difference, whether it is not finite), or None."""
+    for (name, p), q in zip(params, reference):
         if not torch.allclose(p, q, rtol=1e-6, atol=1e-7, equal_nan=False):
             return name, (p - q).abs().max().item(), not bool(torch.isfinite(p).all())
     return None
@@ -272,38 +286,141 @@ def _expected_scale_text(prev, expected, got, event, clean, hp) -> str:
     )
 
 
-def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) -> None:
+class _ReferenceScalerRun:
+    """torch.amp.GradScaler driving an identical model through the same steps (a reference step's state)."""
+
+    def __init__(self, hyper: dict, options: dict):
+        self.scaler = torch.amp.GradScaler("cpu", **hyper)
+        self.model, self.optimizer = _scaler_setup(options)
+        self.options = options
+        self.stepped = 0
+        self.optimizer.register_step_post_hook(lambda *_: self._count())
+
+    def _count(self) -> None:
+        self.stepped += 1
+
+    def iteration(self, x, y, injected: float | None) -> dict:
+        """One step as the check drives the learner's scaler: the scale before it, whether the optimizer stepped,
+        the parameters right after step() and the scale after update()."""
+        prev = self.scaler.get_scale()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(self.options.get("loss_weight", 1.0) * F.mse_loss(self.model(x), y)).backward()
+        if injected is not None:
+            _inject(self.model, injected)
+        if "clip" in self.options:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options["clip"])
+        before = self.stepped
+        self.scaler.step(self.optimizer)
+        should_step = self.stepped > before
+        params = [p.detach().clone() for p in self.model.parameters()]
+        self.scaler.update()
+        return dict(prev=prev, should_step=should_step, params=params, scale=self.scaler.get_scale())
+
+
+class _LearnerScalerRun:
+    """The learner's scaler, its model and optimizer: built and used only inside learner steps (the judge never has
+    them). Each method is one learner step's body and returns plain data."""
+
+    def __init__(self, DynamicLossScaler, name: str, hyper: dict, defaults: bool, options: dict):  # noqa: N803
+        self.cls, self.name, self.hyper, self.defaults, self.options = (
+            DynamicLossScaler,
+            name,
+            hyper,
+            defaults,
+            options,
+        )
+        self.scaler = self.model = self.optimizer = self.scaled = None
+        self.stepped = self.before = 0
+
+    def _count(self) -> None:
+        self.stepped += 1
+
+    def start(self):
+        """Build the learner's scaler (it must not be torch's), the model and optimizer; get_scale()'s first value."""
+        name, case = self.name, f"case {self.name}"
+        if self.defaults:
+            scaler = call(self.cls, case=name)
+        else:
+            scaler = call(self.cls, **self.hyper, case=name)
+        for method in SCALER_METHODS:
+            if not callable(getattr(scaler, method, None)):
+                raise CheckFailed(
+                    f"{case}: your DynamicLossScaler has no method `{method}`; it needs "
+                    f"{', '.join(m + '()' for m in SCALER_METHODS)}."
+                )
+        if isinstance(scaler, torch.amp.GradScaler) or any(
+            isinstance(value, torch.amp.GradScaler) for value in getattr(scaler, "__dict__", {}).values()
+        ):
+            raise CheckFailed(
+                f"{case}: your DynamicLossScaler uses torch.amp.GradScaler; the exercise is to write its rules "
+                "yourself."
+            )
+        self.scaler = scaler
+        self.model, self.optimizer = _scaler_setup(self.options)
+        self.optimizer.register_step_post_hook(lambda *_: self._count())
+        return call(scaler.get_scale, case=name)
+
+    def scale(self, x, y, label: str) -> dict:
+        """scale(loss) on this step's loss: what it returned (its type, whether backward() can run on it, its value)
+        and the loss itself."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.options.get("loss_weight", 1.0) * F.mse_loss(self.model(x), y)
+        scaled = call(self.scaler.scale, loss, case=label)
+        self.scaled = scaled
+        tensor = isinstance(scaled, torch.Tensor)
+        return {
+            "type": type(scaled).__name__,
+            "tensor": tensor,
+            "requires_grad": tensor and bool(scaled.requires_grad),
+            "value": scaled.detach() if tensor else None,
+            "loss": loss.item(),
+        }
+
+    def backward(self, injected: float | None) -> None:
+        """backward() on the scaled loss, then the injected overflow (if this step has one)."""
+        self.scaled.backward()
+        self.scaled = None
+        if injected is not None:
+            _inject(self.model, injected)
+
+    def step(self, label: str):
+        """unscale_ and clip (where the case asks for it), then step(optimizer): what it returned."""
+        if "clip" in self.options:
+            call(self.scaler.unscale_, self.optimizer, case=f"{label} (unscale_)")
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options["clip"])
+        self.before = self.stepped
+        return call(self.scaler.step, self.optimizer, case=label)
+
+    def after_step(self) -> dict:
+        """Whether optimizer.step() really ran, and the parameters after it."""
+        return {
+            "stepped": self.stepped > self.before,
+            "params": [[name, p.detach().clone()] for name, p in self.model.named_parameters()],
+        }
+
+    def update(self, label: str):
+        """update(), then get_scale()."""
+        call(self.scaler.update, case=f"{label} (update)")
+        return call(self.scaler.get_scale, case=label)
+
+
+def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) -> None:  # noqa: N803
     hyper = dict(DEFAULTS) if hp is None else dict(hp)
     case = f"case {name}"
-    scaler = call(DynamicLossScaler, case=name) if hp is None else call(DynamicLossScaler, **hyper, case=name)
-    for method in SCALER_METHODS:
-        if not callable(getattr(scaler, method, None)):
-            raise CheckFailed(
-                f"{case}: your DynamicLossScaler has no method `{method}`; it needs "
-                f"{', '.join(m + '()' for m in SCALER_METHODS)}."
-            )
-    if isinstance(scaler, torch.amp.GradScaler) or any(
-        isinstance(value, torch.amp.GradScaler) for value in getattr(scaler, "__dict__", {}).values()
-    ):
-        raise CheckFailed(
-            f"{case}: your DynamicLossScaler uses torch.amp.GradScaler; the exercise is to write its rules yourself."
-        )
-    reference = torch.amp.GradScaler("cpu", **hyper)
+    side = []  # the learner's run (_LearnerScalerRun), put there by the first learner step: never in the judge
+    ref = reference(lambda: _ReferenceScalerRun(hyper, options))
 
-    model, optimizer = _scaler_setup(options)
-    ref_model, ref_optimizer = _scaler_setup(options)
-    stepped_log = {"yours": 0, "reference": 0}
-    optimizer.register_step_post_hook(lambda *_: stepped_log.__setitem__("yours", stepped_log["yours"] + 1))
-    ref_optimizer.register_step_post_hook(
-        lambda *_: stepped_log.__setitem__("reference", stepped_log["reference"] + 1)
-    )
-    loss_weight = options.get("loss_weight", 1.0)
+    def start():
+        side.append(_LearnerScalerRun(DynamicLossScaler, name, hyper, hp is None, options))
+        return side[0].start()
 
-    got_scale = call(scaler.get_scale, case=name)
+    got_scale = learner(name, start)
     expect_type(got_scale, numbers.Real, case=name, what="get_scale() before the first step")
-    if float(got_scale) != reference.get_scale():
+    init = reference(lambda: ref.scaler.get_scale())
+    if judging() and float(got_scale) != init:
         raise CheckFailed(
-            f"{case}: before the first step get_scale() should be init_scale = {_fmt(reference.get_scale())}; "
+            f"{case}: before the first step get_scale() should be init_scale = {_fmt(init)}; "
             f"got {_fmt(float(got_scale))}."
         )
 
@@ -311,53 +428,39 @@ def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) 
     for step, (x, y) in enumerate(_scaler_batches(n_steps), start=1):
         label = f"{name}, step {step}"
         where = f"case {label}"
-        prev = reference.get_scale()
+        injected = injections.get(step)
+        event = None if injected is None else _kind(injected)
+        # the reference, on an identical model: the whole step at once
+        expected = reference(lambda: ref.iteration(x, y, injected))  # noqa: B023 - called at once
+        prev = DEFERRED if expected is DEFERRED else expected["prev"]
         # the learner's scaler
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_weight * F.mse_loss(model(x), y)
-        scaled = call(scaler.scale, loss, case=label)
-        if not isinstance(scaled, torch.Tensor) or not scaled.requires_grad:
+        scaled = learner(f"{label} (scale)", lambda: side[0].scale(x, y, label))  # noqa: B023
+        if not scaled["tensor"] or not scaled["requires_grad"]:
             raise CheckFailed(
                 f"{where}: scale(loss) should return a tensor that backward() can be called on (the loss times "
-                f"the scale); got a {type(scaled).__name__}."
+                f"the scale); got a {scaled['type']}."
             )
         expect_close(
-            scaled.item(),
-            loss.item() * prev,
+            scaled["value"].item(),
+            DEFERRED if prev is DEFERRED else scaled["loss"] * prev,
             case=label,
             what="scale(loss), the loss times the scale",
             rtol=1e-6,
         )
-        scaled.backward()
-        # the reference, on an identical model
-        ref_optimizer.zero_grad(set_to_none=True)
-        reference.scale(loss_weight * F.mse_loss(ref_model(x), y)).backward()
-        event = None
-        if step in injections:
-            _inject(model, injections[step])
-            _inject(ref_model, injections[step])
-            event = _kind(injections[step])
-        if "clip" in options:
-            call(scaler.unscale_, optimizer, case=f"{label} (unscale_)")
-            torch.nn.utils.clip_grad_norm_(model.parameters(), options["clip"])
-            reference.unscale_(ref_optimizer)
-            torch.nn.utils.clip_grad_norm_(ref_model.parameters(), options["clip"])
-        before = dict(stepped_log)
-        returned = call(scaler.step, optimizer, case=label)
-        reference.step(ref_optimizer)
-        really_stepped = stepped_log["yours"] > before["yours"]
-        should_step = stepped_log["reference"] > before["reference"]
+        learner(f"{label} (backward)", lambda: side[0].backward(injected))  # noqa: B023
+        returned = learner(label, lambda: side[0].step(label))  # noqa: B023
+        after = learner(f"{label} (after step)", lambda: side[0].after_step())
         if not isinstance(returned, bool):
             raise CheckFailed(
                 f"{where}: step(optimizer) should return True or False (whether the optimizer stepped); got "
                 f"{returned!r}."
             )
-        if returned != really_stepped:
+        if returned != after["stepped"]:
             raise CheckFailed(
                 f"{where}: step() returned {returned}, but optimizer.step() was "
-                f"{'called' if really_stepped else 'not called'}."
+                f"{'called' if after['stepped'] else 'not called'}."
             )
-        if returned != should_step:
+        if judging() and returned != expected["should_step"]:
             if event is not None:
                 raise CheckFailed(
                     f"{where}: the gradients held {_a(event)}, so step() should "
@@ -367,7 +470,7 @@ def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) 
                 f"{where}: the gradients were all finite, so step() should call optimizer.step() and return True; "
                 "it skipped the step."
             )
-        mismatch = _first_param_mismatch(model, ref_model)
+        mismatch = _first_param_mismatch(after["params"], expected["params"]) if judging() else None
         if mismatch is not None:
             param, diff, nonfinite = mismatch
             hint = (
@@ -380,48 +483,37 @@ def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) 
                 f"identical model (max abs difference {diff:.3g}; tolerance ±1e-06 relative + ±1e-07 "
                 f"absolute).{hint}"
             )
-        call(scaler.update, case=f"{label} (update)")
-        reference.update()
+        got_scale = learner(label, lambda: side[0].update(label))  # noqa: B023
         clean = 0 if event is not None else clean + 1
-        expected = reference.get_scale()
-        got_scale = call(scaler.get_scale, case=label)
         expect_type(got_scale, numbers.Real, case=label, what="get_scale()")
-        if float(got_scale) != expected:
-            text = _expected_scale_text(prev, expected, float(got_scale), event, clean, hyper)
+        if judging() and float(got_scale) != expected["scale"]:
+            text = _expected_scale_text(prev, expected["scale"], float(got_scale), event, clean, hyper)
             raise CheckFailed(f"{where}: after update(), {text}.")
         if clean == hyper["growth_interval"]:
             clean = 0  # grown (or growth refused): the count restarts
 
 
-def _drawn_scaler_cases(rng: random.Random):
-    """Hyper-parameters and overflow schedules drawn at grading time."""
-    cases = []
-    for i in range(1, 3):
-        hp = dict(
-            init_scale=2.0 ** rng.randint(0, 20),
-            growth_factor=rng.choice([2.0, 3.0, 4.0]),
-            backoff_factor=rng.choice([0.5, 0.25, 0.125]),
-            growth_interval=rng.randint(1, 4),
-        )
-        n_steps = rng.randint(6, 12)
-        injections = {step: rng.choice([INF, -INF, NAN]) for step in rng.sample(range(1, n_steps + 1), 3)}
-        options = dict(optimizer=rng.choice(["adam", "sgd"]))
-        if rng.random() < 0.5:
-            options["clip"] = rng.choice([0.05, 1.0])
-        label = ", ".join(f"{k}={_fmt(v)}" for k, v in hp.items())
-        cases.append(
-            (drawn(i, f"{label}, overflows at steps {sorted(injections)}"), hp, n_steps, injections, options)
-        )
-    return cases
+def _drawn_scaler_case(rng: random.Random, i: int):
+    """Hyper-parameters and an overflow schedule drawn at grading time."""
+    hp = dict(
+        init_scale=2.0 ** rng.randint(0, 20),
+        growth_factor=rng.choice([2.0, 3.0, 4.0]),
+        backoff_factor=rng.choice([0.5, 0.25, 0.125]),
+        growth_interval=rng.randint(1, 4),
+    )
+    n_steps = rng.randint(6, 12)
+    injections = {step: rng.choice([INF, -INF, NAN]) for step in rng.sample(range(1, n_steps + 1), 3)}
+    options = dict(optimizer=rng.choice(["adam", "sgd"]))
+    if rng.random() < 0.5:
+        options["clip"] = rng.choice([0.05, 1.0])
+    label = ", ".join(f"{k}={_fmt(v)}" for k, v in hp.items())
+    return drawn(i, f"{label}, overflows at steps {sorted(injections)}"), hp, n_steps, injections, options
 
 
 @check("e2_dynamic_loss_scaler", points=4)
 def check_dynamic_loss_scaler(DynamicLossScaler) -> int:  # noqa: N803 - the learner's class
     expect_callable(DynamicLossScaler, "DynamicLossScaler")
-    cases = _scaler_cases()
-    rng = grading_rng("e2_dynamic_loss_scaler")
-    if rng is not None:
-        cases += _drawn_scaler_cases(rng)
+    cases = _scaler_cases() + drawn_cases("e2_dynamic_loss_scaler", 2, _drawn_scaler_case)
     for name, hp, n_steps, injections, options in cases:
         _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options)
     return len(cases)
@@ -509,25 +601,22 @@ def _train_cases():
     ]
 
 
-def _drawn_train_cases(rng: random.Random):
-    cases = []
-    for i in range(1, 3):
-        dtype = rng.choice([torch.float16, torch.bfloat16])
-        max_norm = rng.choice([0.01, 0.05, 0.5, 1000.0])
-        options = dict(init_scale=2.0 ** rng.randint(4, 16), growth_interval=rng.randint(1, 3))
-        if dtype == torch.bfloat16 and rng.random() < 0.5:
-            options = dict(enabled=False)
-        n_steps = rng.randint(2, 3)
-        overflow = rng.choice([None, n_steps]) if dtype == torch.float16 else None
-        widths = [rng.randint(4, 24), rng.randint(8, 40), rng.randint(2, 6)]
-        batch = rng.randint(4, 40)
-        name = drawn(
-            i,
-            f"{dtype}, max_norm={max_norm}, GradScaler({options}), mlp({widths}), batch {batch}"
-            + (f", overflow at step {overflow}" if overflow else ""),
-        )
-        cases.append((name, dtype, max_norm, options, n_steps, overflow, widths, batch))
-    return cases
+def _drawn_train_case(rng: random.Random, i: int):
+    dtype = rng.choice([torch.float16, torch.bfloat16])
+    max_norm = rng.choice([0.01, 0.05, 0.5, 1000.0])
+    options = dict(init_scale=2.0 ** rng.randint(4, 16), growth_interval=rng.randint(1, 3))
+    if dtype == torch.bfloat16 and rng.random() < 0.5:
+        options = dict(enabled=False)
+    n_steps = rng.randint(2, 3)
+    overflow = rng.choice([None, n_steps]) if dtype == torch.float16 else None
+    widths = [rng.randint(4, 24), rng.randint(8, 40), rng.randint(2, 6)]
+    batch = rng.randint(4, 40)
+    name = drawn(
+        i,
+        f"{dtype}, max_norm={max_norm}, GradScaler({options}), mlp({widths}), batch {batch}"
+        + (f", overflow at step {overflow}" if overflow else ""),
+    )
+    return name, dtype, max_norm, options, n_steps, overflow, widths, batch
 
 
 def _train_batches(n_steps: int, overflow_step: int | None, widths: list[int], batch: int, seed: int = 2):
@@ -541,17 +630,29 @@ def _train_batches(n_steps: int, overflow_step: int | None, widths: list[int], b
     return batches
 
 
-def _autocast_loss(model, batch, dtype) -> float:
-    """The loss of `batch` under autocast, on a copy of the model: what the step's forward pass should compute."""
-    import copy
+def _train_model(widths: list[int]) -> torch.nn.Sequential:
+    """The model the learner's step trains (seed 0: the same on every call)."""
+    torch.manual_seed(0)
+    return mlp(widths)
 
+
+def _autocast_loss(widths: list[int], params, batch, dtype) -> float:
+    """The loss of `batch` under autocast on the model at `params`: what the step's forward pass should compute."""
     x, y = batch
-    with torch.no_grad(), torch.autocast(device_type=x.device.type, dtype=dtype):
-        return F.cross_entropy(copy.deepcopy(model)(x), y).item()
+    with torch.random.fork_rng(
+        devices=[]
+    ):  # the check's own copy: the learner's code sees the same random state
+        model = mlp(widths)
+    with torch.no_grad():
+        for p, value in zip(model.parameters(), params):
+            p.copy_(value)
+        with torch.autocast(device_type=x.device.type, dtype=dtype):
+            return F.cross_entropy(model(x), y).item()
 
 
 def _compare_number(got, expected, scale, *, case, what, rtol, hint_scaled):
-    if not math.isfinite(expected):  # an overflow step: any non-finite value is right, and so is a finite one
+    # an overflow step: any non-finite value is right, and so is a finite one (not known in the grading kernel)
+    if expected is DEFERRED or not math.isfinite(expected):
         expect_type(got, numbers.Real, case=case, what=what)
         return
     try:
@@ -569,40 +670,85 @@ def _norm(tensors) -> float:
     return math.sqrt(sum(float(t.double().pow(2).sum()) for t in tensors))
 
 
+class _WatchedTraining:
+    """The model, optimizer and scaler the learner's step mutates, and the hooks that watch it: built and used only
+    inside learner steps (the judge never has them). Each method is one learner step's body."""
+
+    def __init__(self, widths: list[int], options: dict, lr: float):
+        self.model = _train_model(widths)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+        self.scaler = _WatchedScaler(torch.amp.GradScaler("cpu", **options))
+        self.seen_dtypes, self.raw, self.applied = [], {}, []
+        self.scale_before, self.stale = 1.0, False
+        model = self.model
+        model[0].register_forward_hook(lambda module, args, out: self.seen_dtypes.append(out.dtype))
+        for p in model.parameters():  # this backward's gradient, before it is added to whatever .grad holds
+            p.register_hook(lambda g, p=p: self.raw.__setitem__(p, g.detach().clone()))
+        self.optimizer.register_step_pre_hook(
+            lambda opt, args, kwargs: self.applied.append(
+                [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
+            )
+        )
+
+    def step(self, amp_train_step, batch, max_norm: float, dtype: torch.dtype, label: str):
+        """The learner's step on this batch: what it returned."""
+        self.scale_before = self.scaler.get_scale()
+        self.seen_dtypes.clear(), self.raw.clear(), self.applied.clear(), self.scaler.calls.clear()
+        self.stale = any(p.grad is not None for p in self.model.parameters())  # the previous step's gradients
+        return call(
+            amp_train_step, self.model, batch, self.optimizer, self.scaler, max_norm, dtype=dtype, case=label
+        )
+
+    def seen(self) -> dict:
+        """What the hooks saw of the step: the scale before it, whether .grad held the previous step's gradients,
+        the forward pass's dtypes, the scaler's calls, each parameter's gradient from this backward (None where it
+        got none), the gradients each optimizer step applied, and the parameters after the step."""
+        params = list(self.model.parameters())
+        return {
+            "scale": self.scale_before,
+            "stale": self.stale,
+            "dtypes": [str(d) for d in self.seen_dtypes],
+            "calls": list(self.scaler.calls),
+            "raw": [self.raw.get(p) for p in params],
+            "n_raw": len(self.raw),
+            "applied": self.applied,
+            "params": [p.detach().clone() for p in params],
+        }
+
+
 def _run_train_case(
     amp_train_step, name, dtype, max_norm, options, n_steps, overflow_step, widths, batch
 ) -> None:
     """Drive the learner's step and watch it: the gradients right after backward (a post-accumulate hook), the
     gradients the optimizer applies (a step pre-hook), the forward pass's dtype (a forward hook) and the scaler's
     calls. From the first, the check derives what the others must be: unscaled by the scale, clipped to max_norm
-    as torch.nn.utils.clip_grad_norm_ does, applied by SGD. No reference step is run."""
-    torch.manual_seed(0)
-    model = mlp(widths)
+    as torch.nn.utils.clip_grad_norm_ does, applied by SGD. No reference step is run: the learner's steps hand out
+    what the hooks saw; the expected loss is a reference step's forward pass at the parameters before the step."""
     lr = 0.1
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    scaler = _WatchedScaler(torch.amp.GradScaler("cpu", **options))
-    seen_dtypes, raw, applied = [], {}, []
-    model[0].register_forward_hook(lambda module, args, out: seen_dtypes.append(out.dtype))
-    for p in model.parameters():  # this backward's gradient, before it is added to whatever .grad holds
-        p.register_hook(lambda g, p=p: raw.__setitem__(p, g.detach().clone()))
-    optimizer.register_step_pre_hook(
-        lambda opt, args, kwargs: applied.append(
-            [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
-        )
-    )
+    initial = _train_model(widths)
+    names = [n for n, _ in initial.named_parameters()]
+    params = [
+        p.detach().clone() for p in initial.parameters()
+    ]  # before each step: the previous step's result
+    side = []  # the learner's side (_WatchedTraining), put there by the first learner step: never in the judge
+
+    def run_step(batch_, label):
+        if not side:
+            side.append(_WatchedTraining(widths, options, lr))
+        return side[0].step(amp_train_step, batch_, max_norm, dtype, label)
+
     for step, batch_ in enumerate(_train_batches(n_steps, overflow_step, widths, batch), start=1):
         label = f"{name}, step {step}"
         where = f"case {label}"
-        scale_before = scaler.get_scale()
-        params_before = [p.detach().clone() for p in model.parameters()]
-        expected_loss = _autocast_loss(model, batch_, dtype)
-        seen_dtypes.clear(), raw.clear(), applied.clear(), scaler.calls.clear()
-        stale = any(p.grad is not None for p in model.parameters())  # the previous step left its gradients
+        params_before = params
+        expected_loss = reference(lambda: _autocast_loss(widths, params_before, batch_, dtype))  # noqa: B023
         stale_message = (
             f"{where}: the gradients of the previous step were still in .grad and were added to this step's: "
             "clear them with optimizer.zero_grad(set_to_none=True), at the end of each step or at its start."
         )
-        got = call(amp_train_step, model, batch_, optimizer, scaler, max_norm, dtype=dtype, case=label)
+        got = learner(label, lambda: run_step(batch_, label))  # noqa: B023 - called at once
+        seen = learner(f"{label} (what the check saw)", lambda: side[0].seen())
+        params, scale_before, stale = seen["params"], seen["scale"], seen["stale"]
         expect_type(got, tuple, case=label, what="the result")
         if len(got) != 2:
             raise CheckFailed(
@@ -612,24 +758,26 @@ def _run_train_case(
         for value, what in ((loss, "the loss"), (norm, "the gradient norm")):
             if isinstance(value, torch.Tensor):
                 raise CheckFailed(f"{where}: {what} should be a Python float (use .item()); got a tensor.")
+        seen_dtypes = seen["dtypes"]
         if not seen_dtypes:
             raise CheckFailed(f"{where}: the model's forward pass was not run.")
-        if seen_dtypes[0] != dtype:
+        if seen_dtypes[0] != str(dtype):
             raise CheckFailed(
                 f"{where}: the forward pass should run under torch.autocast(device_type=x.device.type, "
                 f"dtype={dtype}); the first Linear layer's output was {seen_dtypes[0]}."
             )
-        if scaler.calls.count("scale") != 1 or len(raw) != len(params_before):
+        calls = seen["calls"]
+        if calls.count("scale") != 1 or seen["n_raw"] != len(params_before):
             raise CheckFailed(
                 f"{where}: call scaler.scale(loss).backward() once per step (scale() was called "
-                f"{scaler.calls.count('scale')} times; {len(raw)} of {len(params_before)} parameters got a gradient)."
+                f"{calls.count('scale')} times; {seen['n_raw']} of {len(params_before)} parameters got a gradient)."
             )
-        if scaler.calls.count("update") != 1 or scaler.calls[-1] != "update" or "step" not in scaler.calls:
+        if calls.count("update") != 1 or calls[-1] != "update" or "step" not in calls:
             raise CheckFailed(
-                f"{where}: the scaler's calls were {scaler.calls}: call scaler.step(optimizer) and then "
+                f"{where}: the scaler's calls were {calls}: call scaler.step(optimizer) and then "
                 "scaler.update() once, at the end of the step."
             )
-        true_grads = [raw[p] / scale_before for p in model.parameters()]  # what backward gave, unscaled
+        true_grads = [g / scale_before for g in seen["raw"]]  # what backward gave, unscaled
         finite = all(bool(torch.isfinite(g).all()) for g in true_grads)
         expected_norm = _norm(true_grads) if finite else math.inf
         _compare_number(
@@ -656,8 +804,9 @@ def _run_train_case(
             if stale:
                 raise CheckFailed(stale_message) from None
             raise
+        applied = seen["applied"]
         if not finite:  # an overflow: GradScaler must have skipped the optimizer step
-            if applied or any(not torch.equal(p, p0) for p, p0 in zip(model.parameters(), params_before)):
+            if applied or any(not torch.equal(p, p0) for p, p0 in zip(params, params_before)):
                 raise CheckFailed(
                     f"{where}: this step overflowed (an inf in the fp16 forward pass), so the optimizer step "
                     "should have been skipped (scaler.step does that) and the parameters left as they were."
@@ -666,7 +815,6 @@ def _run_train_case(
         if len(applied) != 1:
             raise CheckFailed(f"{where}: the optimizer should step once; it stepped {len(applied)} times.")
         coefficient = min(1.0, max_norm / (expected_norm + 1e-6))
-        names = [n for n, _ in model.named_parameters()]
         for pname, used, g in zip(names, applied[0], true_grads):
             if used is None or not torch.allclose(used, g * coefficient, rtol=1e-4, atol=1e-7):
                 if stale:
@@ -685,7 +833,7 @@ def _run_train_case(
                 raise CheckFailed(
                     f"{where}: the gradient the optimizer applied to {pname} is wrong: {detail}."
                 )
-        for (pname, p), p0, used in zip(model.named_parameters(), params_before, applied[0]):
+        for pname, p, p0, used in zip(names, params, params_before, applied[0]):
             if not torch.allclose(p, p0 - lr * used, rtol=1e-5, atol=1e-7):
                 raise CheckFailed(
                     f"{where}: after the step the parameter {pname} is not what one optimizer.step() with the "
@@ -696,10 +844,7 @@ def _run_train_case(
 @check("e3_amp_train_step", points=3)
 def check_amp_train_step(amp_train_step) -> int:
     expect_callable(amp_train_step, "amp_train_step")
-    cases = _train_cases()
-    rng = grading_rng("e3_amp_train_step")
-    if rng is not None:
-        cases += _drawn_train_cases(rng)
+    cases = _train_cases() + drawn_cases("e3_amp_train_step", 2, _drawn_train_case)
     for case in cases:
         _run_train_case(amp_train_step, *case)
     return len(cases)
@@ -746,53 +891,63 @@ def _watch(measure_amp_step, device, profile, dtype, steps: int, case: str):
     allocator saw after the warm-up step, the clock at the end of every optimizer step). An optimizer step hook does
     the watching: after the first step (the warm-up) it restarts the peak (on CUDA the caching allocator's counter;
     on the CPU a storage tracker around the call, which sees the same allocations as the learner's), and after every
-    step it reads the clock (on CUDA after torch.cuda.synchronize(), so that the times are the GPU's)."""
-    model, optimizer, data = amp_setup(device, profile["widths"], profile["batch"])
-    seen, clock = [], []
-    model[0].register_forward_hook(lambda module, args, out: seen.append(out.dtype))
-    _sync(device)
-    if device.type == "cuda":
+    step it reads the clock (on CUDA after torch.cuda.synchronize(), so that the times are the GPU's). The call and
+    the watching are one learner step (its result); what the check saw comes out of a second one, as plain data."""
+    side = {}
 
-        def after_step(*_):
-            _sync(device)
-            clock.append(time.perf_counter())
-            if len(clock) == 1:
-                torch.cuda.reset_peak_memory_stats(device)
-
-        optimizer.register_step_post_hook(after_step)
-        torch.cuda.reset_peak_memory_stats(device)
-        got = call(measure_amp_step, model, data, optimizer, dtype, steps=steps, case=case)
+    def run():
+        model, optimizer, data = amp_setup(device, profile["widths"], profile["batch"])
+        seen, clock = [], []
+        model[0].register_forward_hook(lambda module, args, out: seen.append(out.dtype))
         _sync(device)
-        peak = torch.cuda.max_memory_allocated(device)
-    else:
-        with track_memory(model=model, optimizer=optimizer, inputs=data) as trace:
+        if device.type == "cuda":
 
             def after_step(*_):
+                _sync(device)
                 clock.append(time.perf_counter())
-                trace.mark(f"after step {len(clock)}")
+                if len(clock) == 1:
+                    torch.cuda.reset_peak_memory_stats(device)
 
             optimizer.register_step_post_hook(after_step)
+            torch.cuda.reset_peak_memory_stats(device)
             got = call(measure_amp_step, model, data, optimizer, dtype, steps=steps, case=case)
-        after_warm_up = [m.peak_bytes for m in trace.marks[1:]]
-        peak = max(after_warm_up + [trace.current_bytes]) if after_warm_up else trace.peak_bytes
-    del model, optimizer, data
-    _free(device)
+            _sync(device)
+            peak = torch.cuda.max_memory_allocated(device)
+        else:
+            with track_memory(model=model, optimizer=optimizer, inputs=data) as trace:
+
+                def after_step(*_):
+                    clock.append(time.perf_counter())
+                    trace.mark(f"after step {len(clock)}")
+
+                optimizer.register_step_post_hook(after_step)
+                got = call(measure_amp_step, model, data, optimizer, dtype, steps=steps, case=case)
+            after_warm_up = [m.peak_bytes for m in trace.marks[1:]]
+            peak = max(after_warm_up + [trace.current_bytes]) if after_warm_up else trace.peak_bytes
+        del model, optimizer, data
+        _free(device)
+        side["seen"] = {"dtypes": [str(d) for d in seen], "peak": int(peak), "clock": list(clock)}
+        return got
+
+    got = learner(case, run)
+    seen = learner(f"{case} (what the check saw)", lambda: side["seen"])
     _expect_result(got, case)
-    wanted = dtype or torch.float32
-    if not seen:
+    wanted = str(dtype or torch.float32)
+    if not seen["dtypes"]:
         raise CheckFailed(f"case {case}: your function never ran the model's forward pass.")
-    if any(d != wanted for d in seen):
+    if any(d != wanted for d in seen["dtypes"]):
         how = f"under torch.autocast(device.type, dtype={dtype})" if dtype else "in fp32, without autocast"
-        wrong = next(d for d in seen if d != wanted)
+        wrong = next(d for d in seen["dtypes"] if d != wanted)
         raise CheckFailed(
             f"case {case}: the training steps should run {how}; the first Linear layer's output was {wrong}."
         )
+    clock = seen["clock"]
     if len(clock) != steps + 1:
         raise CheckFailed(
             f"case {case}: with steps={steps} the optimizer should step {steps + 1} times (one warm-up step, then "
             f"the timed ones); it stepped {len(clock)} times."
         )
-    return got, peak, clock
+    return got, seen["peak"], clock
 
 
 def _expect_result(got, case: str) -> None:
@@ -839,7 +994,7 @@ def run_measure_amp_step_check(measure_amp_step: Callable, device: torch.device 
     return len(E4_DTYPES)
 
 
-@check("e4_measure_amp_step", points=1)
+@check("e4_measure_amp_step", points=1, rerun=True)
 def check_measure_amp_step(measure_amp_step) -> int:
     expect_callable(measure_amp_step, "measure_amp_step")
     # what runs anywhere: two steps of a tiny model on the CPU return the right dict

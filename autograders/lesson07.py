@@ -15,6 +15,12 @@
 - `fp8_matmul` (Exercise 7.4): its result is compared with the product of the dequantized FP8 operands; it must
   dispatch `aten._scaled_mm` (seen by a dispatch mode). A CPU stage runs where torch has a CPU `_scaled_mm`; the
   GPU stage needs compute capability 8.9 (FP8 tensor cores).
+
+Every touch of the learner's code is a learner step (autograders/kit.py): the functions' results come back as plain
+data (FP8 tensors as their dtype and bytes), the learner's DelayedScaler lives in a dict that only learner steps fill
+and each of its scales comes back as a float, and fp8_matmul's call runs under the dispatch mode inside its step (what
+it saw comes back as a bool). The expected values (the task's scale, the stored and reference scales, the exact
+product) are reference steps, so under grading only the judge computes them.
 """
 
 from __future__ import annotations
@@ -28,17 +34,21 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from autograders.kit import (
+    DEFERRED,
     CheckFailed,
     call,
     check,
     drawn,
+    drawn_cases,
     expect_callable,
     expect_close,
     expect_type,
-    grading_rng,
     how_far,
+    judging,
+    learner,
     needs_hardware,
     read_only,
+    reference,
     references,
 )
 from memlab.formats import get_format
@@ -83,7 +93,8 @@ def expect_nearest(q: torch.Tensor, target: torch.Tensor, fmt: str, *, case: str
 # ---- e1: quantize_fp8 / dequantize_fp8 ---------------------------------------------------------------------------
 
 
-def _e1_cases(rng=None) -> list[tuple[str, torch.Tensor]]:
+def _e1_cases() -> list[tuple[str, torch.Tensor]]:
+    """The public tensors (built afresh for each format)."""
     g = torch.Generator().manual_seed(7)
     special = torch.randn(64, generator=g) * 5
     special[[3, 17, 40]] = torch.tensor([float("inf"), float("-inf"), float("nan")])
@@ -97,18 +108,18 @@ def _e1_cases(rng=None) -> list[tuple[str, torch.Tensor]]:
         ("one outlier 1e4 among N(0, 1)", torch.cat([torch.randn(255, generator=g), torch.tensor([1e4])])),
         ("bf16 input", (torch.randn(16, 32, generator=g) * 20).bfloat16()),
     ]
-    if rng is not None:
-        for i in range(3):
-            magnitude = 10.0 ** rng.uniform(-8, 8)
-            shape = (rng.randint(1, 40), rng.randint(1, 40))
-            gen = torch.Generator().manual_seed(rng.randrange(2**31))
-            cases.append(
-                (
-                    drawn(i, f"{shape[0]} x {shape[1]}, scale {magnitude:.2g}"),
-                    torch.randn(*shape, generator=gen) * magnitude,
-                )
-            )
     return cases
+
+
+def _drawn_e1_case(rng, i: int) -> tuple[str, torch.Tensor]:
+    """A tensor drawn at grading time (this lesson numbers its drawn cases from 0)."""
+    magnitude = 10.0 ** rng.uniform(-8, 8)
+    shape = (rng.randint(1, 40), rng.randint(1, 40))
+    gen = torch.Generator().manual_seed(rng.randrange(2**31))
+    return (
+        drawn(i - 1, f"{shape[0]} x {shape[1]}, scale {magnitude:.2g}"),
+        torch.randn(*shape, generator=gen) * magnitude,
+    )
 
 
 def expected_scale(x: torch.Tensor, fp8_max: float) -> float:
@@ -128,7 +139,7 @@ def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
     expect_callable(dequantize_fp8, "dequantize_fp8")
     n = 0
     for fmt, (_, dtype, fp8_max) in FP8.items():
-        for name, x in _e1_cases(grading_rng(f"e1_quantize_fp8/{fmt}")):
+        for name, x in _e1_cases() + drawn_cases(f"e1_quantize_fp8/{fmt}", 3, _drawn_e1_case):
             case = f"{fmt}, {name}"
             result = call(quantize_fp8, x.clone(), fmt, case=case)
             expect_type(result, tuple, case=case, what="the result")
@@ -148,9 +159,8 @@ def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
                 raise CheckFailed(
                     f"case {case}: scale should be a float32 tensor with one value; got {scale.dtype} {tuple(scale.shape)}."
                 )
-            expect_close(
-                float(scale), expected_scale(x, fp8_max), case=case, what="scale", rtol=1e-6, reveal=False
-            )
+            expected = reference(lambda: expected_scale(x, fp8_max))  # noqa: B023 - called at once
+            expect_close(float(scale), expected, case=case, what="scale", rtol=1e-6, reveal=False)
             xf = x.float()
             target = xf * scale.float()
             expect_nearest(q.float(), target, fmt, case=case, what="x_fp8")
@@ -162,7 +172,8 @@ def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
                     )
             if torch.isnan(xf).any() and not torch.isnan(qf[torch.isnan(xf)]).all():
                 raise CheckFailed(f"case {case}: a NaN should stay NaN; got {qf[torch.isnan(xf)].tolist()}.")
-            back = call(dequantize_fp8, q, scale, case=f"{case} (dequantize)")
+            # the decoded x_fp8 and scale, as copies: what the learner's code does to them changes no later step
+            back = call(dequantize_fp8, q.clone(), scale.clone(), case=f"{case} (dequantize)")
             expect_type(back, torch.Tensor, case=case, what="dequantize_fp8's result")
             if back.dtype != torch.float32 or back.shape != x.shape:
                 raise CheckFailed(
@@ -203,58 +214,47 @@ E2_PUBLIC = [
 ]
 
 
-def _e2_drawn(rng) -> list:
-    cases = []
-    for i in range(3):
-        fmt = rng.choice(["e4m3", "e5m2"])
-        length, algo, margin = rng.randint(1, 6), rng.choice(["max", "most_recent"]), rng.randint(0, 3)
-        amaxes = [
-            10.0 ** rng.uniform(-6, 4) if rng.random() > 0.1 else 0.0 for _ in range(rng.randint(4, 12))
-        ]
-        desc = f"{fmt}, history {length}, {algo}, margin {margin}, {len(amaxes)} steps"
-        cases.append((drawn(i, desc), fmt, length, algo, margin, amaxes))
-    return cases
+def _drawn_e2_case(rng, i: int) -> tuple:
+    """A sequence drawn at grading time (numbered from 0); its scales come from the grading reference."""
+    fmt = rng.choice(["e4m3", "e5m2"])
+    length, algo, margin = rng.randint(1, 6), rng.choice(["max", "most_recent"]), rng.randint(0, 3)
+    amaxes = [10.0 ** rng.uniform(-6, 4) if rng.random() > 0.1 else 0.0 for _ in range(rng.randint(4, 12))]
+    desc = f"{fmt}, history {length}, {algo}, margin {margin}, {len(amaxes)} steps"
+    return drawn(i - 1, desc), fmt, length, algo, margin, amaxes, False
+
+
+def _expected_scales(name, fmt, length, algo, margin, amaxes, public: bool) -> list[float]:
+    """A reference step: the scale before any update and after each one (stored for the public sequences)."""
+    if public:
+        return [float.fromhex(h) for h in stored()["delayed_scaler"][name]]
+    return scales_of(references("lesson07").DelayedScaler, fmt, length, algo, margin, amaxes)
 
 
 @check("e2_delayed_scaler", points=3)
 def check_delayed_scaler(DelayedScaler) -> int:  # noqa: N803 - the learner's class
     expect_callable(DelayedScaler, "DelayedScaler")
-    cases = [
-        (name, fmt, length, algo, margin, amaxes, None)
-        for name, fmt, length, algo, margin, amaxes in E2_PUBLIC
-    ]
-    rng = grading_rng("e2_delayed_scaler")
-    if rng is not None:
-        reference = references("lesson07").DelayedScaler
-        for name, fmt, length, algo, margin, amaxes in _e2_drawn(rng):
-            cases.append(
-                (
-                    name,
-                    fmt,
-                    length,
-                    algo,
-                    margin,
-                    amaxes,
-                    scales_of(reference, fmt, length, algo, margin, amaxes),
-                )
-            )
-    for name, fmt, length, algo, margin, amaxes, expected in cases:
-        if expected is None:
-            expected = [float.fromhex(h) for h in stored()["delayed_scaler"][name]]
+    cases = [(*row, True) for row in E2_PUBLIC]
+    cases += drawn_cases("e2_delayed_scaler", 3, _drawn_e2_case)
+    for name, fmt, length, algo, margin, amaxes, public in cases:
+        expected = reference(lambda: _expected_scales(name, fmt, length, algo, margin, amaxes, public))  # noqa: B023
         case = f"{name} ({fmt}, amax_history_len={length}, {algo!r}, margin={margin})"
-        scaler = call(
-            DelayedScaler, fmt, amax_history_len=length, amax_compute_algo=algo, margin=margin, case=case
-        )
-        got = _scale(scaler, case, "before any update")
+        side = {}  # the learner's scaler, filled by learner steps only (the judge never has it)
+        settings = dict(amax_history_len=length, amax_compute_algo=algo, margin=margin)
+        got = learner(case, lambda: _build(side, DelayedScaler, fmt, settings, case))  # noqa: B023 - called at once
         expect_close(
-            got, expected[0], case=case, what="the scale before the first update", rtol=1e-6, reveal=False
+            got,
+            _nth(expected, 0),
+            case=case,
+            what="the scale before the first update",
+            rtol=1e-6,
+            reveal=False,
         )
         for step, amax in enumerate(amaxes, start=1):
-            call(scaler.update, amax, case=f"{case}, update({amax:g})")
-            got = _scale(scaler, case, f"after update {step}")
+            label = f"{case}, update({amax:g})"
+            got = learner(label, lambda: _update(side, label, amax, case, step))  # noqa: B023 - called at once
             expect_close(
                 got,
-                expected[step],
+                _nth(expected, step),
                 case=case,
                 what=f"the scale after update {step} (amax {amax:g})",
                 rtol=1e-6,
@@ -263,7 +263,24 @@ def check_delayed_scaler(DelayedScaler) -> int:  # noqa: N803 - the learner's cl
     return len(cases)
 
 
+def _nth(expected, i: int):
+    return expected if expected is DEFERRED else expected[i]
+
+
+def _build(side: dict, scaler_class, fmt: str, settings: dict, case: str) -> float:
+    """A learner step: the learner's scaler, kept in `side` for the next steps, and its scale before any update."""
+    side["scaler"] = call(scaler_class, fmt, **settings, case=case)
+    return _scale(side["scaler"], case, "before any update")
+
+
+def _update(side: dict, label: str, amax: float, case: str, step: int) -> float:
+    """A learner step: one `update(amax)` of the learner's scaler (what it returns is not used), then its scale."""
+    call(side["scaler"].update, amax, case=label)
+    return _scale(side["scaler"], case, f"after update {step}")
+
+
 def _scale(scaler, case: str, when: str) -> float:
+    """Inside a learner step: the scaler's `scale`, as a float."""
     value = getattr(scaler, "scale", None)
     if isinstance(value, torch.Tensor):
         value = float(value)
@@ -286,7 +303,7 @@ def scales_of(scaler_class, fmt, length, algo, margin, amaxes) -> list[float]:
 BLOCK = 32
 
 
-def _e3_cases(rng=None) -> list[tuple[str, torch.Tensor]]:
+def _e3_cases() -> list[tuple[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(11)
     outliers = torch.randn(4, 128, generator=g)
     outliers[:, 5] = 300.0
@@ -300,19 +317,21 @@ def _e3_cases(rng=None) -> list[tuple[str, torch.Tensor]]:
         ("exact powers of two times 448", torch.tensor([[448.0 * 2.0**k for k in range(-16, 16)]])),
         ("3-d activations (2, 3, 64)", torch.randn(2, 3, 64, generator=g) * 7),
     ]
-    if rng is not None:
-        for i in range(3):
-            rows, blocks = rng.randint(1, 6), rng.randint(1, 5)
-            gen = torch.Generator().manual_seed(rng.randrange(2**31))
-            x = torch.randn(rows, blocks * BLOCK, generator=gen) * 10.0 ** rng.uniform(-5, 5)
-            cases.append((drawn(i, f"{rows} x {blocks * BLOCK}"), x))
     return cases
+
+
+def _drawn_e3_case(rng, i: int) -> tuple[str, torch.Tensor]:
+    """A tensor drawn at grading time (numbered from 0)."""
+    rows, blocks = rng.randint(1, 6), rng.randint(1, 5)
+    gen = torch.Generator().manual_seed(rng.randrange(2**31))
+    x = torch.randn(rows, blocks * BLOCK, generator=gen) * 10.0 ** rng.uniform(-5, 5)
+    return drawn(i - 1, f"{rows} x {blocks * BLOCK}"), x
 
 
 @check("e3_quantize_mxfp8", points=2)
 def check_quantize_mxfp8(quantize_mxfp8) -> int:
     expect_callable(quantize_mxfp8, "quantize_mxfp8")
-    cases = _e3_cases(grading_rng("e3_quantize_mxfp8"))
+    cases = _e3_cases() + drawn_cases("e3_quantize_mxfp8", 3, _drawn_e3_case)
     for case, x in cases:
         result = call(quantize_mxfp8, x.clone(), case=case)
         expect_type(result, tuple, case=case, what="the result")
@@ -398,27 +417,37 @@ def cpu_scaled_mm_works() -> bool:
         return False
 
 
+def _seen_call(fp8_matmul, a: torch.Tensor, b: torch.Tensor, case: str, side: dict):
+    """A learner step: fp8_matmul on copies of a and b, under a dispatch mode that notes the ops it ran."""
+    seen = _SeenOps()
+    with seen:
+        out = call(fp8_matmul, a.clone(), b.clone(), case=case)
+    side["ops"] = seen.ops
+    return out
+
+
 def run_fp8_matmul_cases(fp8_matmul, device: str) -> int:
     cases = _e4_cases(device)
     for case, a, b in cases:
-        seen = _SeenOps()
-        with seen:
-            out = call(fp8_matmul, a, b, case=case)
+        side = {}  # the ops the learner's call dispatched, filled by the learner step only
+        out = learner(case, lambda: _seen_call(fp8_matmul, a, b, case, side))  # noqa: B023 - called at once
+        scaled_mm = learner(f"{case}: torch._scaled_mm dispatched", lambda: "_scaled_mm" in side["ops"])  # noqa: B023
         expect_type(out, torch.Tensor, case=case, what="the result")
         if out.dtype != torch.bfloat16 or tuple(out.shape) != (a.shape[0], b.shape[1]):
             raise CheckFailed(
                 f"case {case}: the result should be bfloat16 of shape {(a.shape[0], b.shape[1])}; got {out.dtype} {tuple(out.shape)}."
             )
-        if "_scaled_mm" not in seen.ops:
+        if not scaled_mm:
             raise CheckFailed(
                 f"case {case}: the product should run as one FP8 GEMM, torch._scaled_mm; it was not called."
             )
-        exact = a.double() @ b.double()
-        error = (out.double() - exact).norm() / exact.norm()
-        # two E4M3 operands (3 mantissa bits: relative rounding <= 2^-4 each) over k random terms: about 4% in norm
-        expect_close(
-            float(error), 0.0, case=case, what="the relative error against the exact product", atol=0.08
-        )
+        exact = reference(lambda: a.double() @ b.double())  # noqa: B023 - called at once
+        if judging():
+            error = (out.double() - exact).norm() / exact.norm()
+            # two E4M3 operands (3 mantissa bits: relative rounding <= 2^-4 each), k random terms: about 4% in norm
+            expect_close(
+                float(error), 0.0, case=case, what="the relative error against the exact product", atol=0.08
+            )
     return len(cases)
 
 

@@ -5,9 +5,12 @@ The reference solutions are copied from the solution cells of solutions/03-amp-g
 make; the test asserts that the check names the case (and step) that exposes it and, where the answer is hidden
 (reveal=False), that the message does not give the expected number away. The GPU check's logic is run here on the
 CPU (`run_measure_amp_step_check(fn, "cpu")`, the same code at tiny sizes); the check itself says NOT CHECKED HERE
-on a machine without a CUDA GPU, or raises NotGradedHere when grading strictly.
+on a machine without a CUDA GPU, or raises NotGradedHere when grading strictly. Under grading (strict mode: the
+kernel collects, the judge decides) every check passes the solution and fails each wrong answer with the message a
+learner sees, and the kernel computes no expected value.
 """
 
+import json
 import time
 
 import pytest
@@ -15,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from check_helpers import assert_hidden, failure
 
+import autograders.kit as kit
 import memlab.hardware as hardware
 from autograders.kit import CheckFailed, NotGradedHere, check
 from autograders.lesson03 import (
@@ -1063,4 +1067,326 @@ def test_e4_without_a_warm_up_step_fails():
     assert message.endswith(
         "with steps=12 the optimizer should step 13 times (one warm-up step, then the timed ones); it stepped 12 "
         "times."
+    )
+
+
+# ---- under grading: the kernel collects, the judge decides (strict mode: both, in this process) ----------------
+
+
+def _e1_all_elements(grads, scale, dtype=torch.float16):
+    """Zeros counted in the denominator."""
+    lost = total = 0
+    for g in grads:
+        if g is None:
+            continue
+        total += g.numel()
+        lost += int(((g != 0) & ((g * scale).to(dtype) == 0)).sum())
+    return lost / total
+
+
+def _e1_in_place(grads, scale, dtype=torch.float16):
+    for g in grads:
+        if g is not None:
+            g.mul_(scale)
+    return underflow_fraction(grads, 1.0, dtype)
+
+
+def _e1_tensor(grads, scale, dtype=torch.float16):
+    return torch.tensor(underflow_fraction(grads, scale, dtype))
+
+
+def _e1_above_one(grads, scale, dtype=torch.float16):
+    return 1.5
+
+
+class _FloatScale(DynamicLossScaler):
+    def scale(self, loss):
+        return loss.item() * self.get_scale()
+
+
+class _DetachedScale(DynamicLossScaler):
+    def scale(self, loss):
+        return super().scale(loss).detach()
+
+
+class _Lies(DynamicLossScaler):
+    def step(self, optimizer):
+        super().step(optimizer)
+        return True
+
+
+class _IgnoresHyperParameters(DynamicLossScaler):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+
+class _Wrapper:
+    def __init__(self, **kwargs):
+        self.inner = torch.amp.GradScaler("cpu", **kwargs)
+
+    def scale(self, loss):
+        return self.inner.scale(loss)
+
+    def unscale_(self, optimizer):
+        self.inner.unscale_(optimizer)
+
+    def step(self, optimizer):
+        self.inner.step(optimizer)
+        return True
+
+    def update(self):
+        self.inner.update()
+
+    def get_scale(self):
+        return self.inner.get_scale()
+
+
+class _ScaleAsTensor(DynamicLossScaler):
+    def get_scale(self):
+        return self._scale.clone()
+
+
+def _e3_no_update(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+    x, y = batch
+    with torch.autocast(device_type=x.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item(), grad_norm.item()
+
+
+def _e3_fp32(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+    x, y = batch
+    loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item(), grad_norm.item()
+
+
+def _e3_always_fp16(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+    return amp_train_step(model, batch, optimizer, scaler, max_norm, torch.float16)
+
+
+def _e3_scaled_loss(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+    loss, norm = amp_train_step(model, batch, optimizer, scaler, max_norm, dtype)
+    return loss * scaler.get_scale(), norm
+
+
+def _e3_tensors(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+    loss, norm = amp_train_step(model, batch, optimizer, scaler, max_norm, dtype)
+    return torch.tensor(loss), torch.tensor(norm)
+
+
+def _e3_no_clip(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+    return amp_train_step(model, batch, optimizer, scaler, 1e9, dtype)
+
+
+def _e3_steps_twice(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+    x, y = batch
+    with torch.autocast(device_type=x.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if torch.isfinite(grad_norm):
+        optimizer.step()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item(), grad_norm.item()
+
+
+def _e3_returns_the_model(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
+    amp_train_step(model, batch, optimizer, scaler, max_norm, dtype)
+    return model
+
+
+def _e4_always_fp32(model, batch, optimizer, dtype, steps=10):
+    return measure_amp_step(model, batch, optimizer, None, steps)
+
+
+def _e4_no_warm_up(model, batch, optimizer, dtype, steps=10):
+    return measure_amp_step(model, batch, optimizer, dtype, steps - 1)
+
+
+def _e4_missing_keys(model, batch, optimizer, dtype, steps=10):
+    return {"ms": 1.0}
+
+
+def _e4_not_finite(model, batch, optimizer, dtype, steps=10):
+    return {**measure_amp_step(model, batch, optimizer, dtype, steps), "peak_bytes": float("nan")}
+
+
+#: (check, a wrong answer): each one fails on a different kind of step (a learner step's own failure, a comparison
+#: on what the learner's code did, a comparison with a reference step's expected value)
+WRONG_ANSWERS = [
+    (check_underflow_fraction, stub),
+    (check_underflow_fraction, _e1_all_elements),
+    (check_underflow_fraction, _e1_in_place),
+    (check_underflow_fraction, _e1_tensor),
+    (check_underflow_fraction, _e1_above_one),
+    (check_dynamic_loss_scaler, StubScaler),
+    (check_dynamic_loss_scaler, NeverGrows),
+    (check_dynamic_loss_scaler, GrowsEveryStep),
+    (check_dynamic_loss_scaler, KeepsCountingAfterOverflow),
+    (check_dynamic_loss_scaler, StepsOnInf),
+    (check_dynamic_loss_scaler, DividesTwice),
+    (check_dynamic_loss_scaler, NaNIsNotOverflow),
+    (check_dynamic_loss_scaler, StepReturnsNone),
+    (check_dynamic_loss_scaler, PythonFloatScale),
+    (check_dynamic_loss_scaler, ForgetsToResetAfterUpdate),
+    (check_dynamic_loss_scaler, NoneGradCrash),
+    (check_dynamic_loss_scaler, _FloatScale),
+    (check_dynamic_loss_scaler, _DetachedScale),
+    (check_dynamic_loss_scaler, _Lies),
+    (check_dynamic_loss_scaler, _IgnoresHyperParameters),
+    (check_dynamic_loss_scaler, _Wrapper),
+    (check_dynamic_loss_scaler, _ScaleAsTensor),
+    (check_amp_train_step, stub),
+    (check_amp_train_step, clip_before_unscale),
+    (check_amp_train_step, keeps_grads),
+    (check_amp_train_step, _e3_no_update),
+    (check_amp_train_step, _e3_fp32),
+    (check_amp_train_step, _e3_always_fp16),
+    (check_amp_train_step, _e3_scaled_loss),
+    (check_amp_train_step, _e3_tensors),
+    (check_amp_train_step, _e3_no_clip),
+    (check_amp_train_step, _e3_steps_twice),
+    (check_amp_train_step, _e3_returns_the_model),
+    (check_measure_amp_step_on_cpu, stub),
+    (check_measure_amp_step_on_cpu, _e4_always_fp32),
+    (check_measure_amp_step_on_cpu, _e4_no_warm_up),
+    (check_measure_amp_step_on_cpu, _e4_missing_keys),
+    (check_measure_amp_step_on_cpu, _e4_not_finite),
+    (check_measure_amp_step, _e4_missing_keys),  # the CPU stage, which runs before the GPU is looked for
+]
+
+
+def _ids(value):
+    if value is check_measure_amp_step_on_cpu:
+        return "e4-on-cpu"
+    return getattr(value, "check_name", None) or getattr(value, "__name__", None)
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "solution"),
+    [
+        (check_underflow_fraction, underflow_fraction),
+        (check_dynamic_loss_scaler, DynamicLossScaler),
+        (check_amp_train_step, amp_train_step),
+        (check_measure_amp_step_on_cpu, measure_amp_step),
+    ],
+    ids=["e1", "e2", "e3", "e4-on-cpu"],
+)
+def test_when_graded_the_reference_solution_passes(check_fn, solution, strict_mode, monkeypatch, capsys):
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)  # after the module's learner_mode
+    monkeypatch.setattr(kit, "_SEED", 20261123)
+    assert check_fn(solution) is None
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"✓ {check_fn.check_name}: ")
+
+
+@pytest.mark.parametrize(("check_fn", "wrong"), WRONG_ANSWERS, ids=_ids)
+def test_when_graded_a_wrong_answer_fails_with_the_learners_message(check_fn, wrong, no_gpu, monkeypatch):
+    in_the_notebook = failure(check_fn, wrong)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    monkeypatch.setattr(kit, "_SEED", 20261123)
+    assert failure(check_fn, wrong) == in_the_notebook
+
+
+def _forbid_expected_values(monkeypatch) -> list[str]:
+    """Make every way to an expected value fail loudly (the grading kernel must never take one)."""
+    import autograders.lesson03 as lesson03
+
+    taken = []
+
+    def forbidden(what):
+        def spy(*args, **kwargs):
+            taken.append(what)
+            raise AssertionError(f"the grading kernel computed an expected value ({what})")
+
+        return spy
+
+    for module, name in (
+        (kit, "references"),
+        (lesson03, "references"),
+        (lesson03, "public_underflow"),
+        (lesson03, "_ReferenceScalerRun"),
+        (lesson03, "_autocast_loss"),
+    ):
+        monkeypatch.setattr(module, name, forbidden(f"{module.__name__}.{name}"))
+    return taken
+
+
+def _case_names(check_fn) -> list[str]:
+    """The names of the cases `check_fn` runs under grading (the public ones, then those drawn from the seed)."""
+    import autograders.lesson03 as lesson03
+
+    if check_fn is check_underflow_fraction:
+        public = [c[0] for c in lesson03._underflow_cases()]
+        return public + [
+            c[0] for c in kit.drawn_cases(check_fn.check_name, 3, lesson03._drawn_underflow_case)
+        ]
+    if check_fn is check_dynamic_loss_scaler:
+        public = [c[0] for c in lesson03._scaler_cases()]
+        return public + [c[0] for c in kit.drawn_cases(check_fn.check_name, 2, lesson03._drawn_scaler_case)]
+    if check_fn is check_amp_train_step:
+        public = [c[0] for c in lesson03._train_cases()]
+        return public + [c[0] for c in kit.drawn_cases(check_fn.check_name, 2, lesson03._drawn_train_case)]
+    return [f"{d}, mlp([32, 64, 64, 10]), batch 256 on cpu, steps=12" for d in ("bf16 autocast", "fp32")]
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "solution", "n_cases"),
+    [
+        (check_underflow_fraction, underflow_fraction, 7 + 3),
+        (check_dynamic_loss_scaler, DynamicLossScaler, 5 + 2),
+        (check_amp_train_step, amp_train_step, 5 + 2),
+        (check_measure_amp_step_on_cpu, measure_amp_step, 2),
+    ],
+    ids=["e1", "e2", "e3", "e4-on-cpu"],
+)
+def test_the_grading_kernel_only_collects_and_the_judge_decides(check_fn, solution, n_cases, monkeypatch):
+    """Collect mode computes no expected value (references, stored answers, torch's GradScaler run, the expected
+    loss all fail here) and still records every case; the judge, given only that record, passes it."""
+    monkeypatch.setattr(kit, "_SEED", 20261123)
+    names = _case_names(check_fn)
+    assert len(names) == n_cases
+    with monkeypatch.context() as patched:
+        taken = _forbid_expected_values(patched)
+        transcript = kit.collect(check_fn.check, (solution,), {})
+    assert taken == []
+    assert all(r.failed is None and r.missing is None for r in transcript.records)
+    labels = [r.label for r in transcript.records]
+    for name in names:
+        assert any(label.startswith(name) for label in labels), name
+    data = kit.Transcript.from_data(json.loads(json.dumps(transcript.to_data())))
+    verdict = kit.judge(check_fn.check, data)
+    assert verdict.passed and verdict.cases == n_cases, verdict.message
+
+
+def test_the_grading_kernel_records_a_wrong_answer_and_the_judge_fails_it(monkeypatch):
+    """A mistake only the reference can see (the scale never grows): the kernel records the steps without a verdict,
+    the judge fails it with the learner's message."""
+    with monkeypatch.context() as patched:
+        _forbid_expected_values(patched)
+        transcript = kit.collect(check_dynamic_loss_scaler.check, (NeverGrows,), {})
+    assert all(r.failed is None for r in transcript.records)
+    verdict = kit.judge(check_dynamic_loss_scaler.check, transcript)
+    assert not verdict.passed
+    assert verdict.message == failure(check_dynamic_loss_scaler, NeverGrows)
+
+
+def test_the_gpu_check_measures_when_rerun():
+    """e4 measures the learner's code: under grading it is collected again in a fresh process (rerun)."""
+    assert check_measure_amp_step.check.rerun
+    assert not any(
+        c.check.rerun for c in (check_underflow_fraction, check_dynamic_loss_scaler, check_amp_train_step)
     )

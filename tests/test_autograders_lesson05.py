@@ -16,6 +16,7 @@ from check_helpers import failure
 from autograders.kit import CheckFailed
 from autograders.lesson05 import (
     ZERO_KEYS,
+    _public_zero_cases,
     check_seq_cls_loss,
     check_train_step_accumulated,
     check_zero_bytes_per_rank,
@@ -525,3 +526,160 @@ def test_e3_public_cases_cover_every_strategy_and_uneven_shapes():
     assert any(
         w[i] % 2 for w, _ in stored for i in range(1, len(w))
     )  # a first dimension that 2 does not divide
+
+
+def test_e3_public_cases_run_in_the_stored_order():
+    assert _public_zero_cases() == list(public_zero_bytes())
+
+
+# ---- graded the grading kernel's way: collect in the kernel, judge apart (strict mode), same verdicts -------------
+
+
+def step_returning_the_optimizer(model, optimizer, micro_batches):
+    train_step_accumulated(model, optimizer, micro_batches)
+    return optimizer  # not plain data: refused where it is returned
+
+
+def no_zero_grad(model, optimizer, micro_batches):
+    n = sum(target_tokens(mb) for mb in micro_batches)
+    total = 0.0
+    for mb in micro_batches:
+        loss = model(**mb, num_items_in_batch=n).loss
+        loss.backward()
+        total += loss.item()
+    optimizer.step()
+    return total
+
+
+def last_micro_batch_loss(model, optimizer, micro_batches):
+    n = sum(target_tokens(mb) for mb in micro_batches)
+    for mb in micro_batches:
+        out = model(**mb, num_items_in_batch=n)
+        out.loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return out.loss.item() * n / target_tokens(micro_batches[-1])
+
+
+def plain_mean(outputs, labels, num_items_in_batch=None):
+    return F.cross_entropy(outputs.logits, labels)
+
+
+def detached_loss(outputs, labels, num_items_in_batch=None):
+    return seq_cls_loss(outputs, labels, num_items_in_batch).detach()
+
+
+def vector_loss(outputs, labels, num_items_in_batch=None):
+    return F.cross_entropy(outputs.logits, labels, reduction="none")
+
+
+def outputs_returned(outputs, labels, num_items_in_batch=None):
+    return outputs  # a ModelOutput: not plain data
+
+
+def mean_ignoring_the_count_in_trainer(outputs, labels, num_items_in_batch=None):
+    if num_items_in_batch is not None and int(num_items_in_batch) == 12:  # the direct call's count
+        return F.cross_entropy(outputs.logits, labels, reduction="sum") / num_items_in_batch
+    return F.cross_entropy(outputs.logits, labels)
+
+
+STRICT_RIGHT = [
+    (check_train_step_accumulated, train_step_accumulated, 5),
+    (check_seq_cls_loss, seq_cls_loss, 6),
+    (check_zero_bytes_per_rank, zero_bytes_per_rank, 14),
+]
+
+STRICT_WRONG = [
+    (check_train_step_accumulated, mean_of_means, "the gradients the optimizer applied are not those"),
+    (check_train_step_accumulated, no_zero_grad, "after the step the gradients should be zeroed"),
+    (check_train_step_accumulated, last_micro_batch_loss, "That is the last micro-batch's loss alone."),
+    (check_train_step_accumulated, step_returning_the_optimizer, "is a torch.optim.sgd.SGD"),
+    (check_seq_cls_loss, plain_mean, "is too high"),
+    (check_seq_cls_loss, detached_loss, "it has no gradient"),
+    (check_seq_cls_loss, vector_loss, "a tensor of shape (4,)"),
+    (check_seq_cls_loss, outputs_returned, "SequenceClassifierOutput"),
+    (check_seq_cls_loss, mean_ignoring_the_count_in_trainer, "4 times as large"),
+    (check_zero_bytes_per_rank, _unpadded_fsdp2, "rank 1's 'parameters' bytes"),
+    (check_zero_bytes_per_rank, _formula_only, "'optimizer state' bytes"),
+    (
+        check_zero_bytes_per_rank,
+        lambda shapes, n, s: zero_bytes_per_rank(shapes, n, s)[:1],
+        "one dict per rank",
+    ),
+    (check_zero_bytes_per_rank, lambda shapes, n, s: None, "the result should be a list or a tuple"),
+]
+
+
+def _grade_strictly(monkeypatch):
+    import autograders.kit as kit
+
+    monkeypatch.setenv(kit.GRADING_ENV, "strict")
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    monkeypatch.setattr(kit, "_SEED", 20261123)
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "answer", "public"), STRICT_RIGHT, ids=lambda v: getattr(v, "check_name", None)
+)
+def test_strict_mode_collects_then_judges_the_right_answer_as_passed(
+    check_fn, answer, public, monkeypatch, capsys
+):
+    _grade_strictly(monkeypatch)
+    assert check_fn(answer) is None
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"✓ {check_fn.check_name}: ")
+    assert int(line.split(": ")[1].split()[0]) > public  # the drawn cases ran too
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "answer", "needle"),
+    STRICT_WRONG,
+    ids=[
+        f"{c.check_name}-{getattr(a, '__name__', 'lambda')}-{i}" for i, (c, a, _) in enumerate(STRICT_WRONG)
+    ],
+)
+def test_strict_mode_fails_a_wrong_answer_with_the_learner_mode_message(
+    check_fn, answer, needle, monkeypatch
+):
+    in_notebook = failure(check_fn, answer)
+    assert needle in in_notebook
+    _grade_strictly(monkeypatch)
+    assert failure(check_fn, answer) == in_notebook
+
+
+@pytest.mark.parametrize(("check_fn", "answer", "public"), STRICT_RIGHT, ids=["e1", "e2", "e3"])
+def test_the_grading_kernel_never_computes_an_expected_value(check_fn, answer, public, monkeypatch):
+    """Collect mode (the grading kernel) runs only learner steps: every reference of the lesson raises there, and the
+    record it leaves is still complete (the judge, with the references back, passes it on every case)."""
+    import autograders.kit as kit
+    import autograders.lesson05 as lesson05
+
+    _grade_strictly(monkeypatch)
+    computed = []
+
+    def refuse(name):
+        def expected_value(*args, **kwargs):
+            computed.append(name)
+            raise AssertionError(f"{name} computed in the grading kernel")
+
+        return expected_value
+
+    with monkeypatch.context() as patched:
+        patched.setattr(kit, "references", refuse("references"))
+        for name in (
+            "_full_batch_steps",
+            "full_batch_update",
+            "_direct_expected",
+            "public_zero_bytes",
+            "zero_formula_bytes",
+            "measure_zero_bytes",
+            "full_batch",
+        ):
+            patched.setattr(lesson05, name, refuse(name))
+        transcript = kit.collect(check_fn.check, (answer,), {})
+    assert computed == []
+    assert transcript.records and all(r.failed is None and r.missing is None for r in transcript.records)
+    assert any(r.label.startswith("drawn at grading time") for r in transcript.records)
+    verdict = kit.judge(check_fn.check, transcript)
+    assert verdict.passed, verdict.message
+    assert verdict.cases > public

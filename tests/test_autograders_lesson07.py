@@ -11,7 +11,10 @@ import pytest
 import torch
 from check_helpers import failure
 
-from autograders.kit import CheckFailed
+import autograders.kit as kit
+import autograders.lesson07 as lesson07
+from autograders import wire
+from autograders.kit import CheckFailed, NotGradedHere
 from autograders.lesson07 import (
     E2_PUBLIC,
     check_delayed_scaler,
@@ -334,3 +337,236 @@ def test_e4_scales_the_wrong_way_round_fail(no_gpu):
         return torch._scaled_mm(qa, qb.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
 
     assert "relative error" in failure(check_fp8_matmul, inverted)
+
+
+# ---- graded: collected in the kernel, judged outside it (strict mode does both in this process) -----------------
+
+
+def _pair_subclass():  # a result the check cannot take: the right pair, in a tuple subclass
+    class Pair(tuple):
+        pass
+
+    return lambda x, f: Pair(quantize_fp8(x, f))
+
+
+class StringScale(DelayedScaler):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scale = "1.0"
+
+
+class FailingUpdate(DelayedScaler):
+    def update(self, amax):
+        raise ValueError("no history yet")
+
+
+class ChainingScaler(
+    DelayedScaler
+):  # returns self from update, and keeps its scale as a 0-d tensor: both fine
+    def update(self, amax):
+        super().update(amax)
+        self.scale = torch.tensor(float(self.scale), dtype=torch.float32)
+        return self
+
+
+class CurrentScaling(DelayedScaler):
+    def update(self, amax):
+        if amax > 0 and amax != float("inf") and amax == amax:
+            self.scale = self.fp8_max / amax / 2**self.margin
+
+
+class NoMargin(DelayedScaler):
+    def __init__(self, fmt, amax_history_len=1024, amax_compute_algo="max", margin=0):
+        super().__init__(fmt, amax_history_len, amax_compute_algo, 0)
+
+
+def _unscaled_quantize(x, fmt):
+    dtype, fp8_max = FP8_DTYPES[fmt]
+    return x.float().clamp(-fp8_max, fp8_max).to(dtype), torch.tensor(1.0)
+
+
+def _mxfp8_plus_one(x):
+    q, e = quantize_mxfp8(x)
+    e = e + 1
+    blocks = x.float().reshape(*e.shape, 32) / torch.exp2(e.float()).unsqueeze(-1)
+    return blocks.clamp(-448, 448).to(torch.float8_e4m3fn).reshape(x.shape), e
+
+
+def _unscaled_matmul(a, b):
+    one = torch.ones(())
+    qa, qb = a.float().to(torch.float8_e4m3fn), b.t().contiguous().float().to(torch.float8_e4m3fn)
+    return torch._scaled_mm(qa, qb.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
+def _in_place_matmul(
+    a, b
+):  # scales its inputs in place: the check hands it copies, so the answer is still right
+    a.mul_(2.0)
+    return fp8_matmul(a, b) / 2
+
+
+def _right(name, run, cases, **marks):
+    return pytest.param(run, cases, id=name, **marks)
+
+
+RIGHT_UNDER_GRADING = [
+    _right("e1", lambda: check_quantize_fp8(quantize_fp8, dequantize_fp8), 22),
+    _right("e1-reference", lambda: check_quantize_fp8(ref.quantize_fp8, ref.dequantize_fp8), 22),
+    _right("e2", lambda: check_delayed_scaler(DelayedScaler), 12),
+    _right("e2-reference", lambda: check_delayed_scaler(ref.DelayedScaler), 12),
+    _right("e2-chaining-tensor-scale", lambda: check_delayed_scaler(ChainingScaler), 12),
+    _right("e3", lambda: check_quantize_mxfp8(quantize_mxfp8), 9),
+    _right("e3-reference", lambda: check_quantize_mxfp8(ref.quantize_mxfp8), 9),
+]
+
+
+@pytest.mark.parametrize(("run", "cases"), RIGHT_UNDER_GRADING)
+def test_right_answers_pass_when_graded(run, cases, strict_mode, capsys):
+    assert kit._MODE == kit.STRICT
+    assert run() is None
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f": {cases} cases passed")
+
+
+@needs_cpu_scaled_mm
+@pytest.mark.parametrize(
+    "answer", [fp8_matmul, ref.fp8_matmul, _in_place_matmul], ids=["e4", "e4-reference", "e4-in-place"]
+)
+def test_e4_when_graded_on_a_cpu_is_not_graded_here_after_its_cpu_stage(answer, strict_mode, no_gpu, capsys):
+    with pytest.raises(
+        NotGradedHere, match=r"^NOT CHECKED HERE: needs a CUDA GPU \(compute capability >= 8\.9\)"
+    ):
+        check_fp8_matmul(answer)
+
+
+fp8_gpu = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
+    reason="needs compute capability >= 8.9 (FP8 tensor cores)",
+)
+
+
+@fp8_gpu
+@pytest.mark.parametrize("mode", ["learner", "strict"])
+@pytest.mark.parametrize(
+    "answer", [fp8_matmul, ref.fp8_matmul, _in_place_matmul], ids=["e4", "e4-reference", "e4-in-place"]
+)
+def test_e4_passes_on_an_fp8_gpu(answer, mode, monkeypatch, capsys):
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT if mode == "strict" else kit.LEARNER)
+    n = 2 if cpu_scaled_mm_works() else 0
+    assert check_fp8_matmul(answer) is None
+    assert capsys.readouterr().out.splitlines()[-1] == f"✓ e4_fp8_matmul: {n + 3} cases passed"
+
+
+@fp8_gpu
+@pytest.mark.parametrize("mode", ["learner", "strict"])
+def test_e4_a_bf16_matmul_fails_on_an_fp8_gpu(mode, monkeypatch):
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT if mode == "strict" else kit.LEARNER)
+    # right on the CPU (its stage passes), a bf16 matmul on the GPU
+    message = failure(check_fp8_matmul, lambda a, b: a @ b if a.is_cuda else fp8_matmul(a, b))
+    assert "(cuda): the product should run as one FP8 GEMM, torch._scaled_mm; it was not called." in message
+
+
+WRONG = [
+    pytest.param(lambda: check_quantize_fp8(stub, stub), id="e1-stubs"),
+    pytest.param(lambda: check_quantize_fp8(quantize_fp8, stub), id="e1-dequantize-stub"),
+    pytest.param(lambda: check_quantize_fp8(_unscaled_quantize, dequantize_fp8), id="e1-unscaled"),
+    pytest.param(lambda: check_quantize_fp8(_pair_subclass(), dequantize_fp8), id="e1-not-plain-data"),
+    pytest.param(
+        lambda: check_quantize_fp8(quantize_fp8, lambda q, s: q.float() * s), id="e1-dequantize-multiplies"
+    ),
+    pytest.param(
+        lambda: check_delayed_scaler(type("DelayedScaler", (), {"__init__": stub, "update": stub})),
+        id="e2-stub",
+    ),
+    pytest.param(lambda: check_delayed_scaler(CurrentScaling), id="e2-current-scaling"),
+    pytest.param(lambda: check_delayed_scaler(NoMargin), id="e2-no-margin"),
+    pytest.param(lambda: check_delayed_scaler(StringScale), id="e2-string-scale"),
+    pytest.param(lambda: check_delayed_scaler(FailingUpdate), id="e2-update-raises"),
+    pytest.param(lambda: check_quantize_mxfp8(stub), id="e3-stub"),
+    pytest.param(lambda: check_quantize_mxfp8(_mxfp8_plus_one), id="e3-one-exponent-too-many"),
+    pytest.param(lambda: check_fp8_matmul(stub), id="e4-stub"),
+    pytest.param(
+        lambda: check_fp8_matmul(lambda a, b: a @ b), id="e4-bf16-matmul", marks=needs_cpu_scaled_mm
+    ),
+    pytest.param(lambda: check_fp8_matmul(_unscaled_matmul), id="e4-unscaled", marks=needs_cpu_scaled_mm),
+]
+
+
+@pytest.mark.parametrize("run", WRONG)
+def test_wrong_answers_fail_when_graded_with_the_learners_message(run, monkeypatch, no_gpu):
+    with pytest.raises(CheckFailed) as learner_failure:
+        run()
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    monkeypatch.setattr(kit, "_SEED", 20261123)
+    with pytest.raises(CheckFailed) as graded_failure:
+        run()
+    assert str(graded_failure.value) == str(learner_failure.value)
+    assert "drawn at grading time" not in str(graded_failure.value)  # each fails on a public case already
+
+
+def test_the_messages_of_the_graded_wrong_answers():
+    """What the learner sees for the answers above (the same text when graded)."""
+    assert "scale is too low" in failure(lambda f: check_quantize_fp8(f, dequantize_fp8), _unscaled_quantize)
+    message = failure(lambda f: check_quantize_fp8(f, dequantize_fp8), _pair_subclass())
+    assert message.startswith(
+        "e1_quantize_fp8: case e4m3, activations, N(0, 3^2), 32 x 64: what your code gave"
+    )
+    assert (
+        "32 x 64 is a test_autograders_lesson07._pair_subclass.<locals>.Pair; a check takes only" in message
+    )
+    message = failure(check_delayed_scaler, StringScale)
+    assert "`scale` before any update should be a number; got a str ('1.0')." in message
+    message = failure(check_delayed_scaler, FailingUpdate)
+    assert "update(1): your function raised ValueError: no history yet" in message
+    assert "after update 6" in failure(check_delayed_scaler, CurrentScaling)
+    assert "e must be the smallest such exponent" in failure(check_quantize_mxfp8, _mxfp8_plus_one)
+
+
+COLLECTED = [
+    pytest.param("e1", check_quantize_fp8, (quantize_fp8, dequantize_fp8), id="e1"),
+    pytest.param("e2", check_delayed_scaler, (DelayedScaler,), id="e2"),
+    pytest.param("e3", check_quantize_mxfp8, (quantize_mxfp8,), id="e3"),
+    pytest.param("e4", check_fp8_matmul, (fp8_matmul,), id="e4", marks=needs_cpu_scaled_mm),
+]
+
+
+def _forbidden(*args, **kwargs):
+    raise AssertionError("an expected value was computed in the grading kernel")
+
+
+@pytest.mark.parametrize(("name", "check_fn", "answers"), COLLECTED)
+def test_the_grading_kernel_never_computes_expected_values(
+    name, check_fn, answers, monkeypatch, strict_mode, no_gpu
+):
+    with monkeypatch.context() as m:
+        for where in (kit, lesson07):
+            m.setattr(where, "references", _forbidden)
+        for helper in ("stored", "expected_scale", "scales_of", "_expected_scales"):
+            m.setattr(lesson07, helper, _forbidden)
+        transcript = kit.collect(check_fn.check, answers, {})
+    assert all(r.failed is None for r in transcript.records), [r.failed for r in transcript.records]
+    labels = [r.label for r in transcript.records]
+    drawn_labels = [label for label in labels if "drawn at grading time" in label]
+    if name == "e1":  # quantize and dequantize, 11 tensors per format
+        assert len(labels) == 2 + 2 * 2 * 11 and len(drawn_labels) == 2 * 2 * 3
+    elif name == "e2":  # the scaler and each of its updates, 9 public sequences and 3 drawn
+        public = sum(1 + len(amaxes) for *_, amaxes in E2_PUBLIC)
+        assert len(labels) - 1 == public + len(drawn_labels) and labels.count(labels[1]) == 1
+        assert len({label.split(" (")[0] for label in drawn_labels}) == 3
+    elif name == "e3":
+        assert len(labels) == 1 + 9 and len(drawn_labels) == 3
+    else:  # two CPU cases (the result, then which ops ran), then the GPU it lacks
+        assert len(labels) == 1 + 2 * 2 + 1 and transcript.records[-1].missing is not None
+    verdict = kit.judge(check_fn.check, kit.Transcript.from_data(transcript.to_data()), len(answers))
+    if name == "e4":
+        assert verdict.not_graded and "needs a CUDA GPU" in verdict.message
+    else:
+        assert verdict.passed and verdict.cases == {"e1": 22, "e2": 12, "e3": 9}[name], verdict.message
+
+
+def test_fp8_tensors_cross_to_the_judge_bit_for_bit():
+    bits = torch.arange(256, dtype=torch.uint8).reshape(16, 16)
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        q = bits.view(dtype).t()  # every byte, NaNs and infinities included, not contiguous
+        back = wire.decode(wire.encode((q, torch.tensor(448.0))))
+        assert back[0].dtype == dtype and back[0].shape == q.shape
+        assert torch.equal(back[0].view(torch.uint8), q.contiguous().view(torch.uint8))
