@@ -369,12 +369,13 @@ def run_judge(request, timeout: float):
     from grading.judge import JudgeReply
 
     proc = subprocess.run(
-        [sys.executable, "-m", "grading.judge"],
+        [sys.executable, "-P", "-m", "grading.judge"],  # -P: the working directory is not put on sys.path
         input=json.dumps(request.to_data()),
         capture_output=True,
         text=True,
         timeout=timeout,
         env={**os.environ, "COURSE_GRADING": ""},
+        cwd=tempfile.gettempdir(),
     )
     if proc.returncode != 0:
         raise RuntimeError(f"the judge failed (exit {proc.returncode}): {proc.stderr[-1500:]}")

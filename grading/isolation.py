@@ -95,11 +95,10 @@ class Sandbox:
             "IPYTHONDIR": "/tmp/home/.ipython",
             "MPLCONFIGDIR": "/tmp/home/.mpl",
         }
-        for name in THREAD_VARIABLES:
-            if name in os.environ:
-                env[name] = os.environ[name]
-            elif self.threads:
-                env[name] = str(self.threads)
+        if any(name in os.environ for name in THREAD_VARIABLES):  # the instructor's setting, alone
+            env.update({name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ})
+        elif self.threads:
+            env.update(dict.fromkeys(THREAD_VARIABLES, str(self.threads)))
         env.update(dict(self.environment))
         return env
 

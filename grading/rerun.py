@@ -23,8 +23,10 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 RERUN_TIMEOUT = 900.0
 
@@ -62,8 +64,6 @@ def _literal(node) -> bool:
 
 def rerun(call, request) -> tuple[list, str]:
     """([transcript], "") from a fresh sandboxed process, or ([], why it could not be collected)."""
-    from grading import isolation
-
     payload = json.dumps(
         {
             "module": call.module,
@@ -74,9 +74,19 @@ def rerun(call, request) -> tuple[list, str]:
             "source_dir": request.source_dir,
         }
     )
-    argv = [sys.executable, "-m", "grading.rerun"]
-    workdir = os.path.join(request.workdir, ".rerun") if request.workdir else os.getcwd()
-    os.makedirs(workdir, exist_ok=True)
+    argv = [sys.executable, "-P", "-m", "grading.rerun"]  # -P: the working directory is not put on sys.path
+    # a fresh folder, never the submission's: `python -m` puts its working directory first on sys.path, and the
+    # kernel could have planted modules (an `autograders/kit.py`) in any folder it could write
+    workdir = tempfile.mkdtemp(prefix="memlab-rerun-")
+    try:
+        return _rerun(argv, workdir, payload, request)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _rerun(argv: list[str], workdir: str, payload: str, request) -> tuple[list, str]:
+    from grading import isolation
+
     env = {"COURSE_GRADING": "collect", "COURSE_GRADING_SEED": str(request.seed)}
     if request.isolate:
         sandbox = isolation.Sandbox(

@@ -11,6 +11,7 @@ give learners OUT_DIR instead (or OUT_DIR.zip with --zip). It holds:
                              no model answers of the written questions)
     memlab/, autograders/    the toolkit and the checks, without autograders/references/ (the checks' public cases
                              compare with the stored values in autograders/data/)
+    grading/                 the grader's code (no secret in it: without the references it cannot grade drawn cases)
     jupyter-config/learner/  the learner's JupyterLab view, installed by pyproject.toml
     README.md                the learner part of this README (install, open, what you see)
     requirements.txt, environment.yml, pyproject.toml
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_lessons import ROOT, render  # noqa: E402
 
 COPIED = ["requirements.txt", "environment.yml", "pyproject.toml"]
-PACKAGES = ["memlab", "autograders"]
+PACKAGES = ["memlab", "autograders", "grading"]  # pyproject.toml installs all three
 NEVER = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "references")
 README_END = "<!-- the learner release's README ends here -->"
 CLONE = "git clone <this repository> memlab-course && cd memlab-course"

@@ -23,7 +23,8 @@ FIXTURE_SOLUTIONS = ROOT / "tests" / "fixtures" / "minicourse" / "solutions"
 
 sys.path.insert(0, str(SCRIPTS))
 import build_lessons  # noqa: E402
-import grade  # noqa: E402
+
+from grading.course import graded_cells as course_graded_cells  # noqa: E402
 
 #: what ClearSolutions puts in place of a solution (nbgrader_config.py)
 CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
@@ -36,7 +37,7 @@ def lesson_slugs(solutions: Path = SOLUTIONS) -> list[str]:
 
 def graded_cells(notebook: Path) -> dict[str, float]:
     """{grade_id: points} of the graded cells of a lesson's (only) notebook, in order: what grade.py grades."""
-    return dict(grade.graded_cells(notebook.parent))
+    return {grade_id: points for grade_id, points, _ in course_graded_cells(notebook.parent)}
 
 
 def cli_env(tmp: Path) -> dict[str, str]:
