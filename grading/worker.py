@@ -107,7 +107,7 @@ def read_autograded(course: Path, slug: str, student: str, autograded, cells, re
     result.notes += failure_notes(autograded, lost)
     for gid in result.manual:
         result.notes.append(
-            f"{gid}: needs manual grading" if result.scores[gid] is None else f"{gid}: no answer"
+            f"{gid}: needs manual grading" if result.scores[gid] is None else f"{gid}: no answer written"
         )
 
 

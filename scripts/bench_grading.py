@@ -6,7 +6,7 @@
 The class is made from the lessons themselves: a third of the learners submit the solution notebook, a third the
 blank learner version, a third the solution with its first exercise's solution replaced by the stub. Each --jobs
 value grades the same class with the same seed; the CSVs must be identical. The result (wall times, per-notebook
-time, the machine) is written as JSON; nothing is asserted about speed (design brief §6: speed belongs in results).
+time, the machine) is written as JSON; nothing is asserted about speed (speed belongs in results/, not in tests).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The nbgrader round trip on the real lessons, through scripts/grade.py (design brief §6): for every lesson in
+"""The nbgrader round trip on the real lessons, through scripts/grade.py: for every lesson in
 solutions/, the solution notebook submitted as is gets every autograded point, except the cells whose check needs
 hardware this machine lacks (NotGradedHere, said in the notes), and its written answer waits for a human; the blank
 learner version gets 0 and "no answer written".
@@ -61,8 +61,9 @@ def test_csv_agrees_with_the_gradebook(real_grading, slug):
 
 
 @pytest.mark.skipif("02-numeric-formats" not in SLUGS, reason="lesson 02 is not written")
-def test_calling_the_graders_reference_implementation_scores_nothing_and_is_flagged(real_grading):
+def test_the_graders_reference_implementation_does_not_exist_in_the_kernel(real_grading):
+    """The grading references are not in the sandbox's copy of the kit: a learner cannot call them."""
     row = row_for(real_grading.rows, "reference_caller", "02-numeric-formats")
     assert float(row["e4_ulp_check"]) == 0
-    assert "called a grading reference implementation (lesson02.ulp)" in row["flags"]
+    assert "No module named 'autograders.references'" in row["notes"]
     assert float(row["e1_decode_check"]) > 0  # the rest of the notebook is graded as usual

@@ -1,4 +1,4 @@
-"""The check kit (autograders/kit.py) keeps the check contract of design brief §4.
+"""The check kit (autograders/kit.py) keeps the check contract (its module docstring).
 
 A check prints one `✓` line and returns None on success; on failure it raises one `CheckFailed` whose message
 names the check and the case and says what was expected, what was got and the tolerance, with no traceback from

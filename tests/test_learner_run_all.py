@@ -1,4 +1,4 @@
-""" "Run All" on a learner version stops politely (design brief §3.4).
+""" "Run All" on a learner version stops politely.
 
 A learner who opens a lesson and runs every cell, exercises not written yet, must meet only the lessons' one-line
 messages, never a NameError, a KeyError or a traceback out of a stub: a check that fails (`CheckFailed`, or

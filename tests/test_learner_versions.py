@@ -1,4 +1,4 @@
-"""Learner versions fail, solutions pass (design brief §6), for every lesson in solutions/.
+"""Learner versions fail, solutions pass, for every lesson in solutions/.
 
 The verdicts are nbgrader's Validator's (`Validator(invert=True)` on the learner version: no graded cell may pass;
 `Validator()` on the solution: every graded cell passes). Both notebooks are executed once, by the grading run that
@@ -50,7 +50,7 @@ def graded(slug: str) -> tuple[dict[str, float], dict[str, float]]:
 @pytest.mark.parametrize("slug", SLUGS)
 def test_points_add_up_to_10(slug):
     """10 autograded points in check cells named eK_slug_check, and one written answer of 2 points graded by hand
-    (design brief §3.4)."""
+    (README, "What JupyterLab shows you")."""
     auto, manual = graded(slug)
     assert auto and sum(auto.values()) == 10, auto
     for grade_id in auto:

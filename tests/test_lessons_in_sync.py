@@ -1,4 +1,4 @@
-"""lessons/ is generated from solutions/ (design brief §2, §6):
+"""lessons/ is generated from solutions/:
 
 - the committed lessons/ equals scripts/build_lessons.py's output byte for byte, for every lesson;
 - build_lessons.py's output equals what the real `nbgrader generate_assignment` releases, byte for byte (on the

@@ -36,6 +36,7 @@ def test_it_holds_the_lessons_the_toolkit_and_the_checks(release):
         "RELEASE.json",
         "autograders",
         "environment.yml",
+        "grading",
         "jupyter-config",
         "lessons",
         "memlab",

@@ -1,4 +1,4 @@
-"""The committed solution notebooks are executed with their plots (design brief §2: committed executed)."""
+"""The committed solution notebooks are executed with their plots (they are committed executed)."""
 
 import nbformat
 import pytest

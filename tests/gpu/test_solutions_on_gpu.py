@@ -1,4 +1,4 @@
-"""Every solution notebook, executed on the GPU at GPU sizes (design brief §6): the same run a learner with a GPU
+"""Every solution notebook, executed on the GPU at GPU sizes: the same run a learner with a GPU
 makes, in learner mode. Each graded cell must pass, and no check may say NOT CHECKED HERE for want of a GPU: on a
 GPU machine the GPU-only exercises are checked for real (a missing *package*, e.g. Transformer Engine, is reported
 in the results, not failed). The run time and the check lines of each lesson go to results/<gpu-name>.json.
