@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_lessons import ROOT, lesson_dirs, render  # noqa: E402
+
 from grading.batch import kernel_threads  # noqa: E402
 
 
