@@ -1,6 +1,12 @@
 """Checks for lesson 06 — memory profiling.
 
-No check holds an answer.
+No check holds an answer. Each runs in the steps of autograders/kit.py. What the learner's code returned, and what
+the check observed of that call in the same process (how many steps the search ran, the memory left held, the
+check's own clock around the call: CUDA events, a timing callback), are taken in learner steps, as plain data. The
+expected values (what the tracker measured, the cost a timed case was built with, the threshold of a simulated
+out-of-memory error, what a real Trainer does with the learner's arguments, the peak of the check's own GPU run) are
+reference steps, so under grading only the judge has them. `time_step`, `largest_micro_batch` and `measure_trainer`
+measure or probe the learner's code (`rerun=True`): under grading they are collected again in a fresh process.
 
 - `find_peak` (Exercise 6.1) replays an event log of the tracker (`MemoryTrace.events`) from training steps the check
   runs itself; the expected answer is what the tracker measured while the step ran (`peak_bytes`,
@@ -16,8 +22,8 @@ No check holds an answer.
 - `trade_off_args` (Exercise 6.4): see below. `measure_trainer` (Exercise 6.5, GPU only): the check trains its own bf16
   classifier once measured by itself (the allocator's peak over `train()`), then, after leaving a 2 GiB peak behind,
   once through the learner's function, with the check's own synchronised clock inserted first among the callbacks.
-- `trade_off_args` (Exercise 6.4): the learner's `TrainingArguments` are run in a real `transformers.Trainer` on the
-  check's own model and data, and what each set-up must do is observed: the dtype a Linear layer computes in, how
+- `trade_off_args` (Exercise 6.4): the learner's `TrainingArguments` (taken as data, `to_dict()`, and made again from
+  it in the reference step) are run in a real `transformers.Trainer` on the check's own model and data, and what each set-up must do is observed: the dtype a Linear layer computes in, how
   often a decoder layer runs its forward per step, the optimizer and the dtype of its state.
 """
 
@@ -37,24 +43,45 @@ import time
 import torch
 from torch import nn
 
+from autograders import wire
 from autograders.kit import (
+    DEFERRED,
     CheckFailed,
     call,
     check,
     drawn,
+    drawn_cases,
     expect_callable,
     expect_close,
     expect_equal,
     expect_keys,
     expect_type,
-    grading_rng,
     how_far,
+    judging,
+    learner,
     needs_hardware,
+    reference,
 )
 from memlab.measure import CATEGORIES, measure_training_step
 from memlab.models import build_model, mlp, tiny_llama_config
 
 MiB = 1024**2
+
+
+def observed_call(label: str, run):
+    """`run()` calls the learner's function with what the check made for it (a step, a clock, a simulated device) and
+    returns `(what the function returned, what the check observed of the call)`, both taken in the same process
+    (learner steps, autograders/kit.py): the function's result is the step `label`, refused as any result is if it
+    is not plain data; the observations (plain data too) follow as a second step."""
+    side = {}
+
+    def result():
+        value, side["observed"] = run()
+        return value
+
+    value = learner(label, result)
+    return value, learner(f"{label}: what the check observed", lambda: side["observed"])
+
 
 # ---- e1: find_peak -----------------------------------------------------------------------------------------------
 
@@ -122,54 +149,48 @@ def _e1_public_cases():
     ]
 
 
-def _e1_drawn_cases(rng):
-    cases = []
-    for i in range(3):
-        if rng.random() < 0.5:
-            widths = (rng.choice([64, 128, 256]), rng.choice([256, 512, 1024]), rng.choice([256, 512]), 10)
-            batch, opt = rng.choice([16, 64, 256]), rng.choice(["adamw", "sgd", "adamw-foreach"])
-            desc = f"MLP {'-'.join(map(str, widths))}, batch {batch}, {opt}"
-            cases.append((drawn(i, desc), lambda w=widths, b=batch, o=opt, i=i: _mlp_step(w, b, o, seed=i)))
-        else:
-            batch, seq = rng.choice([2, 4, 8]), rng.choice([32, 64, 128])
-            ckpt, opt = rng.random() < 0.5, rng.choice(["adamw", "sgd"])
-            desc = f"tiny Llama, batch {batch} x {seq}, checkpointing {ckpt}, {opt}"
-            cases.append(
-                (drawn(i, desc), lambda b=batch, s=seq, c=ckpt, o=opt, i=i: _llama_step(b, s, c, o, seed=i))
-            )
-    return cases
+def _e1_drawn_case(rng, i: int):
+    """A training step drawn at grading time (numbered from 0, as the cases always were)."""
+    i -= 1
+    if rng.random() < 0.5:
+        widths = (rng.choice([64, 128, 256]), rng.choice([256, 512, 1024]), rng.choice([256, 512]), 10)
+        batch, opt = rng.choice([16, 64, 256]), rng.choice(["adamw", "sgd", "adamw-foreach"])
+        desc = f"MLP {'-'.join(map(str, widths))}, batch {batch}, {opt}"
+        return drawn(i, desc), lambda w=widths, b=batch, o=opt, i=i: _mlp_step(w, b, o, seed=i)
+    batch, seq = rng.choice([2, 4, 8]), rng.choice([32, 64, 128])
+    ckpt, opt = rng.random() < 0.5, rng.choice(["adamw", "sgd"])
+    desc = f"tiny Llama, batch {batch} x {seq}, checkpointing {ckpt}, {opt}"
+    return drawn(i, desc), lambda b=batch, s=seq, c=ckpt, o=opt, i=i: _llama_step(b, s, c, o, seed=i)
 
 
 @check("e1_find_peak", points=3)
 def check_find_peak(find_peak) -> int:
     expect_callable(find_peak, "find_peak")
-    cases = _e1_public_cases()
-    rng = grading_rng("e1_find_peak")
-    if rng is not None:
-        cases += _e1_drawn_cases(rng)
+    cases = _e1_public_cases() + drawn_cases("e1_find_peak", 3, _e1_drawn_case)
     for name, build in cases:
+        # the input, the step's event log, is built in every mode (a deterministic step: the judge's is the same)
         trace = peak_trace(*build())
-        expected = expected_peak(trace)
+        expected = reference(lambda: expected_peak(trace))  # noqa: B023 - called at once
         got = call(find_peak, copy.deepcopy(trace.events), case=name)
         expect_keys(got, ("phase", "op", "bytes", "by_category"), case=name, what="the result")
         expect_type(got["bytes"], numbers.Integral, case=name, what='"bytes"')
-        if got["bytes"] != expected["bytes"]:
+        if judging() and got["bytes"] != expected["bytes"]:
             raise CheckFailed(
                 f'case {name}: "bytes" (live bytes at the peak) is {how_far(got["bytes"], expected["bytes"])}: '
                 f"you got {got['bytes']:,} (exactly)."
             )
-        if got["op"] != expected["op"]:
+        if judging() and got["op"] != expected["op"]:
             raise CheckFailed(
                 f'case {name}: "op" should be the operator during which live bytes first reached the peak; got '
                 f"{got['op']!r}."
             )
-        if got["phase"] != expected["phase"]:
+        if judging() and got["phase"] != expected["phase"]:
             raise CheckFailed(
                 f'case {name}: "phase" should be the name of the first mark after the peak; got {got["phase"]!r}.'
             )
         expect_keys(got["by_category"], CATEGORIES, case=name, what='"by_category"')
         for category in CATEGORIES:
-            if got["by_category"][category] != expected["by_category"][category]:
+            if judging() and got["by_category"][category] != expected["by_category"][category]:
                 raise CheckFailed(
                     f'case {name}: "by_category"[{category!r}] is '
                     f"{how_far(got['by_category'][category], expected['by_category'][category])}: you got "
@@ -250,38 +271,44 @@ def _e2_public_cases() -> list[TimedCase]:
     ]
 
 
-def _e2_drawn_cases(rng) -> list[TimedCase]:
-    cases = []
-    for i in range(3):
-        warmup, repeats = rng.randint(1, 3), rng.randint(3, 5)
-        costs = [rng.uniform(0.04, 0.08) for _ in range(warmup)] + [
-            rng.uniform(0.01, 0.03) for _ in range(repeats)
-        ]
-        asynchronous = rng.random() < 0.6
-        kind = "asynchronous device" if asynchronous else "host"
-        cases.append(
-            TimedCase(
-                drawn(i, f"{kind}, warm-up {warmup}, repeats {repeats}"), costs, warmup, repeats, asynchronous
-            )
-        )
-    return cases
+def _e2_drawn_case(rng, i: int) -> TimedCase:
+    """Costs drawn at grading time (numbered from 0, as the cases always were)."""
+    warmup, repeats = rng.randint(1, 3), rng.randint(3, 5)
+    costs = [rng.uniform(0.04, 0.08) for _ in range(warmup)] + [
+        rng.uniform(0.01, 0.03) for _ in range(repeats)
+    ]
+    asynchronous = rng.random() < 0.6
+    kind = "asynchronous device" if asynchronous else "host"
+    return TimedCase(
+        drawn(i - 1, f"{kind}, warm-up {warmup}, repeats {repeats}"), costs, warmup, repeats, asynchronous
+    )
 
 
-def _run_timed_case(time_step, case: TimedCase, device: QueueDevice):
-    calls = [0]
+def _run_timed_case(time_step, case: TimedCase):
+    """The learner's `time_step` on a function of known costs: (its result, how many times it called the function),
+    from one learner step that makes the function (and the simulated device it queues on) and times nothing itself."""
 
-    def fn():
-        cost = case.costs[min(calls[0], len(case.costs) - 1)]
-        calls[0] += 1
-        if case.asynchronous:
-            device.launch(cost)
-        else:
-            time.sleep(cost)
+    def run():
+        device = QueueDevice()
+        calls = [0]
 
-    sync = device.synchronize if case.asynchronous else (lambda: None)
-    result = call(time_step, fn, warmup=case.warmup, repeats=case.repeats, sync=sync, case=case.name)
-    device.synchronize()  # nothing of this case may still run during the next one
-    return result, calls[0]
+        def fn():
+            cost = case.costs[min(calls[0], len(case.costs) - 1)]
+            calls[0] += 1
+            if case.asynchronous:
+                device.launch(cost)
+            else:
+                time.sleep(cost)
+
+        sync = device.synchronize if case.asynchronous else (lambda: None)
+        try:
+            result = call(time_step, fn, warmup=case.warmup, repeats=case.repeats, sync=sync, case=case.name)
+            device.synchronize()  # nothing of this case may still run during the next one
+        finally:
+            device.close()
+        return result, calls[0]
+
+    return observed_call(case.name, run)
 
 
 def _expect_mean_std(result, expected, *, case: str) -> None:
@@ -293,6 +320,7 @@ def _expect_mean_std(result, expected, *, case: str) -> None:
     mean, std = result
     for value, what in ((mean, "the mean"), (std, "the standard deviation")):
         expect_type(value, numbers.Real, case=case, what=what)
+    expected = (DEFERRED, DEFERRED) if expected is DEFERRED else expected
     expect_close(
         mean,
         expected[0],
@@ -313,29 +341,21 @@ def _expect_mean_std(result, expected, *, case: str) -> None:
     )
 
 
-@check("e2_time_step", points=2)
+@check("e2_time_step", points=2, rerun=True)
 def check_time_step(time_step) -> int:
     expect_callable(time_step, "time_step")
-    cases = _e2_public_cases()
-    rng = grading_rng("e2_time_step")
-    if rng is not None:
-        cases += _e2_drawn_cases(rng)
-    device = QueueDevice()
-    try:
-        for case in cases:
-            result, n_calls = _run_timed_case(time_step, case, device)
-            expect_equal(
-                n_calls,
-                case.warmup + case.repeats,
-                case=case.name,
-                what=f"the number of calls of fn (warmup={case.warmup} + repeats={case.repeats})",
-            )
-            _expect_mean_std(result, case.expected, case=case.name)
-    finally:
-        device.close()
-    if (
-        not torch.cuda.is_available()
-    ):  # the queue device has checked the synchronisation; a GPU adds a real one
+    cases = _e2_public_cases() + drawn_cases("e2_time_step", 3, _e2_drawn_case)
+    for case in cases:
+        result, n_calls = _run_timed_case(time_step, case)
+        expect_equal(
+            n_calls,
+            reference(lambda: case.warmup + case.repeats),  # noqa: B023 - called at once
+            case=case.name,
+            what=f"the number of calls of fn (warmup={case.warmup} + repeats={case.repeats})",
+        )
+        _expect_mean_std(result, reference(lambda: case.expected), case=case.name)  # noqa: B023
+    # the queue device has checked the synchronisation; a GPU adds a real one (where the learner's code runs)
+    if not learner("a CUDA GPU for the timing of real work", torch.cuda.is_available):
         return len(cases)
     run_cuda_timing_case(time_step)
     return len(cases) + 1
@@ -343,26 +363,31 @@ def check_time_step(time_step) -> int:
 
 def run_cuda_timing_case(time_step) -> None:
     """The GPU stage: a queue of bf16 matmuls (asynchronous: the call returns before they run), timed with
-    `sync=None`, which must mean torch.cuda.synchronize; compared with CUDA events around the same calls."""
+    `sync=None`, which must mean torch.cuda.synchronize; compared with CUDA events around the same calls (the check's
+    own clock, read in the learner step, in the process that runs the learner's call)."""
     case = "CUDA matmuls, sync=None"
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 
-    def fn():
-        for _ in range(4):
-            a @ a
+    def run():
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1000)
-    result = call(time_step, fn, warmup=2, repeats=5, case=case)
+        def fn():
+            for _ in range(4):
+                a @ a
+
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(5):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1000)
+        return call(time_step, fn, warmup=2, repeats=5, case=case), times
+
+    result, times = observed_call(case, run)
     expect_type(result, tuple, case=case, what="the result")
     mean = result[0]
     expect_close(
@@ -401,43 +426,63 @@ def _e3_public_cases():
     ]
 
 
-@check("e3_largest_micro_batch", points=2)
-def check_largest_micro_batch(largest_micro_batch) -> int:
-    expect_callable(largest_micro_batch, "largest_micro_batch")
-    cases = _e3_public_cases()
-    rng = grading_rng("e3_largest_micro_batch")
-    if rng is not None:
-        for i in range(3):
-            top = rng.randint(8, 500)
-            fits = rng.randint(0, top)
-            cases.append((drawn(i, f"fits up to {fits} of {top}"), fits, top))
-    for name, fits, top in cases:
+def _e3_drawn_case(rng, i: int):
+    """A threshold drawn at grading time (numbered from 0, as the cases always were)."""
+    top = rng.randint(8, 500)
+    fits = rng.randint(0, top)
+    return drawn(i - 1, f"fits up to {fits} of {top}"), fits, top
+
+
+def _search_fake_steps(largest_micro_batch, fits: int, top: int, name: str):
+    """The learner's search over simulated steps that run out of memory above `fits`: (its answer, how many steps it
+    ran)."""
+
+    def run():
         step = FakeSteps(fits)
         got = call(largest_micro_batch, step, top, case=name)
-        expect_type(got, numbers.Integral, case=name, what="the result")
-        expect_close(got, fits, case=name, what="the largest micro-batch that fits", reveal=False)
-        if len(step.calls) > max_calls(top):
-            raise CheckFailed(
-                f"case {name}: {len(step.calls)} steps were run; every step is a real training step, so search (at "
-                f"most {max_calls(top)} steps for max_batch={top}), do not scan."
-            )
-    name = "a step that fails with another error"
+        return got, len(step.calls)
+
+    return observed_call(name, run)
+
+
+def _other_error_outcome(largest_micro_batch) -> dict:
+    """What the learner's search does with a step that raises a ValueError (not a lack of memory): whether a
+    ValueError came out of it, and the name of the exception that did (None if it returned)."""
 
     def broken(batch):
         raise ValueError("a shape mismatch, not a lack of memory")
 
     try:
         largest_micro_batch(broken, 16)
-    except ValueError:
-        pass
+    except ValueError as error:
+        return {"value_error": True, "raised": type(error).__name__}
     except Exception as error:
-        raise CheckFailed(
-            f"case {name}: the ValueError should propagate unchanged; got {type(error).__name__}."
-        ) from None
-    else:
+        return {"value_error": False, "raised": type(error).__name__}
+    return {"value_error": False, "raised": None}
+
+
+@check("e3_largest_micro_batch", points=2, rerun=True)
+def check_largest_micro_batch(largest_micro_batch) -> int:
+    expect_callable(largest_micro_batch, "largest_micro_batch")
+    cases = _e3_public_cases() + drawn_cases("e3_largest_micro_batch", 3, _e3_drawn_case)
+    for name, fits, top in cases:
+        got, n_steps = _search_fake_steps(largest_micro_batch, fits, top, name)
+        expect_type(got, numbers.Integral, case=name, what="the result")
+        expected = reference(lambda: fits)  # noqa: B023 - called at once
+        expect_close(got, expected, case=name, what="the largest micro-batch that fits", reveal=False)
+        if n_steps > max_calls(top):
+            raise CheckFailed(
+                f"case {name}: {n_steps} steps were run; every step is a real training step, so search (at "
+                f"most {max_calls(top)} steps for max_batch={top}), do not scan."
+            )
+    name = "a step that fails with another error"
+    outcome = learner(name, lambda: _other_error_outcome(largest_micro_batch))
+    if outcome["raised"] is None:
         raise CheckFailed(
             f"case {name}: only torch.OutOfMemoryError means 'too big'; the ValueError was swallowed."
         )
+    if not outcome["value_error"]:
+        raise CheckFailed(f"case {name}: the ValueError should propagate unchanged; got {outcome['raised']}.")
     n = len(cases) + 1
     needs_hardware(cuda=True, passed=f"{n} cases with simulated out-of-memory errors")
     run_cuda_oom_case(largest_micro_batch)
@@ -464,39 +509,50 @@ class CudaSteps:
 
 def run_cuda_oom_case(largest_micro_batch, max_batch: int = 64, headroom: int = 1024 * MiB) -> dict:
     """Cap this process's GPU memory at what the model holds plus `headroom`, let the learner's search run into real
-    out-of-memory errors, then check the answer under the same cap and that no memory was left held."""
+    out-of-memory errors, then check the answer under the same cap and that no memory was left held. The cap, the
+    search and the check's own runs of the answer (and of one more) are one learner step: the process that ran the
+    search is the one whose memory is looked at."""
     case = f"real CUDA steps, {headroom // MiB} MiB of headroom"
-    steps = CudaSteps()
-    torch.cuda.synchronize()
-    gc.collect()
-    torch.cuda.empty_cache()
-    total = torch.cuda.get_device_properties(0).total_memory
-    baseline = torch.cuda.memory_allocated()
-    fraction = min(1.0, (torch.cuda.memory_reserved() + headroom) / total)
-    torch.cuda.set_per_process_memory_fraction(fraction)
-    try:
-        got = call(largest_micro_batch, steps, max_batch, case=case)
-        gc.collect()
-        held = torch.cuda.memory_allocated() - baseline
-        if held > 0:
-            raise CheckFailed(
-                f"case {case}: {held / MiB:.1f} MiB allocated by the steps are still held after your function "
-                "returned: an exception (or its traceback) kept alive holds the frames of the failed step."
-            )
-        expect_type(got, numbers.Integral, case=case, what="the result")
-        fits = _runs(steps, got) if got > 0 else True
-        fits_more = _runs(steps, got + 1) if got < max_batch else False
-        if not fits or fits_more:
-            raise CheckFailed(
-                f"case {case}: {got} should be the largest micro-batch whose step runs under this cap: "
-                f"{got} {'runs' if fits else 'does not run'}, {got + 1} {'runs' if fits_more else 'does not'}."
-            )
-        return {"largest": got, "cap_bytes": int(fraction * total)}
-    finally:
-        torch.cuda.set_per_process_memory_fraction(1.0)
-        del steps
+
+    def run():
+        steps = CudaSteps()
+        torch.cuda.synchronize()
         gc.collect()
         torch.cuda.empty_cache()
+        total = torch.cuda.get_device_properties(0).total_memory
+        baseline = torch.cuda.memory_allocated()
+        fraction = min(1.0, (torch.cuda.memory_reserved() + headroom) / total)
+        torch.cuda.set_per_process_memory_fraction(fraction)
+        try:
+            got = call(largest_micro_batch, steps, max_batch, case=case)
+            gc.collect()
+            seen = {"held": torch.cuda.memory_allocated() - baseline, "cap_bytes": int(fraction * total)}
+            seen["fits"] = seen["fits_more"] = None  # whether `got` and `got + 1` run under the cap
+            if seen["held"] <= 0 and isinstance(got, numbers.Integral) and not isinstance(got, bool):
+                seen["fits"] = _runs(steps, got) if got > 0 else True
+                seen["fits_more"] = _runs(steps, got + 1) if got < max_batch else False
+            return got, seen
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0)
+            del steps
+            gc.collect()
+            torch.cuda.empty_cache()
+
+    got, seen = observed_call(case, run)
+    held = seen["held"]
+    if held > 0:
+        raise CheckFailed(
+            f"case {case}: {held / MiB:.1f} MiB allocated by the steps are still held after your function "
+            "returned: an exception (or its traceback) kept alive holds the frames of the failed step."
+        )
+    expect_type(got, numbers.Integral, case=case, what="the result")
+    fits, fits_more = seen["fits"], seen["fits_more"]
+    if not fits or fits_more:
+        raise CheckFailed(
+            f"case {case}: {got} should be the largest micro-batch whose step runs under this cap: "
+            f"{got} {'runs' if fits else 'does not run'}, {got + 1} {'runs' if fits_more else 'does not'}."
+        )
+    return {"largest": got, "cap_bytes": seen["cap_bytes"]}
 
 
 def _runs(step, batch: int) -> bool:
@@ -665,37 +721,79 @@ def _expect_setup(seen: Observed, setup: str) -> None:
         )
 
 
-@check("e4_trade_off_args", points=2)
-def check_trade_off_args(trade_off_args) -> int:
+def args_data(args, setup: str) -> dict:
+    """In the learner step: the learner's `TrainingArguments` as plain data. `fields` is `args.to_dict()` (what the
+    set-ups are compared by), where a value that is not plain data is replaced by its repr and named in
+    `not_plain`; `rebuilt_args` builds TrainingArguments again from it, without those."""
     from transformers import TrainingArguments
 
+    expect_type(args, TrainingArguments, case=setup, what="the result")
+    fields, not_plain = {}, []
+    for key, value in args.to_dict().items():
+        try:
+            wire.encode(value)
+        except wire.NotPlainData:
+            value = repr(value)
+            not_plain.append(str(key))
+        fields[str(key)] = value
+    return {"fields": fields, "not_plain": not_plain}
+
+
+def rebuilt_args(data: dict):
+    """In a reference step: TrainingArguments made from `args_data`, as `dataclasses.replace` would remake the
+    learner's (its __post_init__ turns the enums' values back into enums); the obfuscated tokens, and the values that
+    were not plain data, are left at their defaults."""
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments) if f.init}
+    skip = set(data["not_plain"])
+    kwargs = {
+        k: v for k, v in data["fields"].items() if k in names and k not in skip and not k.endswith("_token")
+    }
+    return TrainingArguments(**kwargs)
+
+
+def _unknown_setup_outcome(trade_off_args, folder: str):
+    """The message of the failure the learner's function met on an unknown set-up (None if it returned)."""
+    try:
+        call(trade_off_args, "fp16", folder, 2, case="an unknown set-up")
+    except CheckFailed as failure:
+        return str(failure)
+    return None
+
+
+@check("e4_trade_off_args", points=2)
+def check_trade_off_args(trade_off_args) -> int:
     expect_callable(trade_off_args, "trade_off_args")
     with tempfile.TemporaryDirectory() as folder:
         made = {}
         for setup in SETUPS:
-            args = call(trade_off_args, setup, folder, 2, case=setup)
-            expect_type(args, TrainingArguments, case=setup, what="the result")
-            made[setup] = args
-        base = made["fp32"].to_dict()
+            made[setup] = learner(
+                setup,
+                lambda setup=setup: args_data(call(trade_off_args, setup, folder, 2, case=setup), setup),
+            )
+        base = made["fp32"]["fields"]
         for setup in SETUPS[1:]:
-            other = made[setup].to_dict()
+            other = made[setup]["fields"]
             differ = sorted(k for k in base if k not in SETUP_FIELDS | RUN_FIELDS and base[k] != other.get(k))
             if differ:
                 raise CheckFailed(
                     f"case {setup}: only the set-up may change between the three runs (precision, checkpointing, "
                     f"optimizer); these arguments differ from fp32's too: {differ}."
                 )
-        try:
-            call(trade_off_args, "fp16", folder, 2, case="an unknown set-up")
-        except CheckFailed as failure:
-            if "ValueError" not in str(failure):
-                raise
-        else:
+        failure = learner("an unknown set-up", lambda: _unknown_setup_outcome(trade_off_args, folder))
+        if failure is None:
             raise CheckFailed('case an unknown set-up ("fp16"): should raise ValueError; it returned.')
+        if "ValueError" not in failure:
+            raise CheckFailed(failure)  # what your function raised instead, as `call` said it
         needs_hardware(packages=("bitsandbytes",), passed="the three TrainingArguments were made")
         for setup in SETUPS:
-            seen = observe_setup(_run_args(made[setup], folder, 2), steps=2)
-            _expect_setup(seen, setup)
+            # the check's own Trainer run with the learner's arguments, remade from the data
+            seen = reference(
+                lambda setup=setup: observe_setup(_run_args(rebuilt_args(made[setup]), folder, 2), steps=2)
+            )
+            if judging():
+                _expect_setup(seen, setup)
     return len(SETUPS) + 1
 
 
@@ -761,42 +859,68 @@ def _fresh_gpu() -> None:
     torch.cuda.empty_cache()
 
 
-@check("e5_measure_trainer", points=1)
+def _leave_a_peak_behind() -> None:
+    """A 2 GiB peak from before the run, which a peak of `train()` only must not include."""
+    junk = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")
+    del junk
+
+
+def _reference_train_peak() -> int:
+    """The check's own run: the peak of `train()` by the allocator."""
+    with tempfile.TemporaryDirectory() as folder:
+        _fresh_gpu()
+        trainer = gpu_trainer(folder)
+        torch.cuda.reset_peak_memory_stats()
+        trainer.train()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+        del trainer
+        _fresh_gpu()
+    return peak
+
+
+def _measure_through(measure_trainer, case: str):
+    """The learner's function on the check's Trainer, after a 2 GiB peak left behind, with the check's synchronised
+    clock first among the callbacks: (what the function returned, the times of the clock)."""
+
+    def run():
+        with tempfile.TemporaryDirectory() as folder:
+            _fresh_gpu()
+            _leave_a_peak_behind()
+            trainer = gpu_trainer(folder)
+            timer = _step_timer()
+            trainer.callback_handler.callbacks.insert(0, timer)  # the check's clock, around each step
+            try:
+                result = call(measure_trainer, trainer, warmup=E5_WARMUP, case=case)
+            finally:
+                del trainer
+                _fresh_gpu()
+        return result, list(timer.times)
+
+    return observed_call(case, run)
+
+
+@check("e5_measure_trainer", points=1, rerun=True)
 def check_measure_trainer(measure_trainer) -> int:
     expect_callable(measure_trainer, "measure_trainer")
     needs_hardware(cuda=True, passed="")
     case = f"a bf16 Llama classifier (hidden 1024, vocabulary 32,000) for {E5_STEPS} steps on the GPU"
-    with tempfile.TemporaryDirectory() as folder:
-        _fresh_gpu()
-        trainer = gpu_trainer(folder)  # the check's own run: the peak of train() by the allocator
-        torch.cuda.reset_peak_memory_stats()
-        trainer.train()
-        torch.cuda.synchronize()
-        reference_peak = torch.cuda.max_memory_allocated()
-        del trainer
-        _fresh_gpu()
-        junk = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")  # a peak from before the run
-        del junk
-        trainer = gpu_trainer(folder)
-        timer = _step_timer()
-        trainer.callback_handler.callbacks.insert(0, timer)  # the check's clock, around each of your steps
-        result = call(measure_trainer, trainer, warmup=E5_WARMUP, case=case)
-        expect_keys(result, ("peak_bytes", "step_seconds"), case=case, what="the result")
-        expect_type(result["peak_bytes"], numbers.Integral, case=case, what='"peak_bytes"')
-        expect_close(
-            result["peak_bytes"],
-            reference_peak,
-            case=case,
-            what='"peak_bytes" (the peak of train() only)',
-            rtol=0.02,
-        )
-        expect_close(
-            result["step_seconds"],
-            statistics.mean(timer.times[E5_WARMUP:]),
-            case=case,
-            what='"step_seconds" (mean of the synchronised steps after the warm-up)',
-            rtol=0.25,
-        )
-        del trainer
-        _fresh_gpu()
+    reference_peak = reference(_reference_train_peak)
+    result, times = _measure_through(measure_trainer, case)
+    expect_keys(result, ("peak_bytes", "step_seconds"), case=case, what="the result")
+    expect_type(result["peak_bytes"], numbers.Integral, case=case, what='"peak_bytes"')
+    expect_close(
+        result["peak_bytes"],
+        reference_peak,
+        case=case,
+        what='"peak_bytes" (the peak of train() only)',
+        rtol=0.02,
+    )
+    expect_close(
+        result["step_seconds"],
+        statistics.mean(times[E5_WARMUP:]),
+        case=case,
+        what='"step_seconds" (mean of the synchronised steps after the warm-up)',
+        rtol=0.25,
+    )
     return 1

@@ -11,12 +11,15 @@ from __future__ import annotations
 import gc
 import statistics
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 from check_helpers import assert_hidden, failure
 from transformers import TrainingArguments
 
+import autograders.kit as kit
+import autograders.lesson06 as l06
 from autograders.kit import CheckFailed
 from autograders.lesson06 import (
     QueueDevice,
@@ -517,3 +520,392 @@ def test_e5_is_not_checked_without_a_gpu(capsys, no_gpu):
         capsys.readouterr().out.strip()
         == "e5_measure_trainer: NOT CHECKED HERE: needs a CUDA GPU, found no CUDA GPU."
     )
+
+
+# ---- under grading: collected in the kernel, judged outside it (autograders/kit.py) --------------------------------
+
+
+def _no_gpu_stage(monkeypatch):
+    """Switch the GPU stages of e3 off (as the CPU-stage test above does): the CPU cases are what is judged."""
+    monkeypatch.setattr(l06, "needs_hardware", lambda **kwargs: None)
+    monkeypatch.setattr(l06, "run_cuda_oom_case", lambda fn: None)
+
+
+def _message(check_fn, answer) -> str:
+    with pytest.raises(CheckFailed) as info:
+        check_fn(answer)
+    return str(info.value)
+
+
+def one_extra_call(fn, warmup=2, repeats=5, sync=None):
+    fn()
+    return time_step(fn, warmup, repeats, sync)
+
+
+def linear_scan(step, max_batch):
+    best = 0
+    for b in range(1, max_batch + 1):
+        try:
+            step(b)
+            best = b
+        except torch.OutOfMemoryError:
+            break
+    return best
+
+
+def no_frees(events):
+    return find_peak([e for e in events if e["action"] != "free"])
+
+
+def other_learning_rate(setup, output_dir, max_steps):
+    args = trade_off_args(setup, output_dir, max_steps)
+    if setup == "bf16":
+        args.learning_rate = 1e-3
+    return args
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "answer", "line"),
+    [
+        (check_find_peak, find_peak, "✓ e1_find_peak: 7 cases passed"),
+        (check_time_step, time_step, "✓ e2_time_step: 8 cases passed"),
+        (check_largest_micro_batch, largest_micro_batch, "✓ e3_largest_micro_batch: 9 cases passed"),
+        (check_trade_off_args, trade_off_args, "✓ e4_trade_off_args: 4 cases passed"),
+    ],
+    ids=["e1", "e2", "e3", "e4"],
+)
+def test_right_answers_pass_when_collected_then_judged(
+    check_fn, answer, line, strict_mode, no_gpu, monkeypatch, capsys
+):
+    """The drawn cases included; e3's GPU stage is switched off here (see the fakes below for the GPU stages)."""
+    _no_gpu_stage(monkeypatch)
+    assert check_fn(answer) is None
+    assert capsys.readouterr().out.splitlines() == [line]
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "answer", "words"),
+    [
+        (check_find_peak, no_frees, '"bytes" (live bytes at the peak) is too high'),
+        (check_time_step, one_extra_call, "the number of calls of fn"),
+        (check_largest_micro_batch, linear_scan, "do not scan"),
+        (check_trade_off_args, other_learning_rate, "['learning_rate']"),
+        (check_measure_trainer, stub, "not written yet"),
+        (check_measure_trainer, None, "is not defined yet"),
+    ],
+    ids=["e1", "e2", "e3", "e4", "e5-stub", "e5-undefined"],
+)
+def test_wrong_answers_fail_when_judged_as_a_learner_is_told(check_fn, answer, words, no_gpu, monkeypatch):
+    """Each wrong answer fails on a public case, before the GPU stages: the judge says what the notebook says."""
+    told = _message(check_fn, answer)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    monkeypatch.setattr(kit, "_SEED", 20261123)
+    judged = _message(check_fn, answer)
+    assert judged == told and words in judged
+
+
+def test_e4_a_trainer_that_is_not_checkpointed_fails_in_the_judge(strict_mode):
+    """What a set-up does is seen by the judge's own Trainer run, with arguments made again from the data."""
+
+    def no_ckpt(setup, output_dir, max_steps):
+        if setup == "bf16+ckpt+8bit":
+            args = trade_off_args("bf16", output_dir, max_steps)
+            args.optim = "adamw_bnb_8bit"
+            return args
+        return trade_off_args(setup, output_dir, max_steps)
+
+    message = failure(check_trade_off_args, no_ckpt)
+    assert message == (
+        "e4_trade_off_args: case bf16+ckpt+8bit: with activation checkpointing each decoder layer runs its forward "
+        "twice per step (once more in backward); it ran 1 time(s)."
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        (
+            lambda setup, output_dir, max_steps: trade_off_args(
+                setup if setup in ("fp32", "bf16", "bf16+ckpt+8bit") else "fp32", output_dir, max_steps
+            ),
+            'e4_trade_off_args: case an unknown set-up ("fp16"): should raise ValueError; it returned.',
+        ),
+        (
+            lambda setup, output_dir, max_steps: (
+                trade_off_args(setup, output_dir, max_steps)
+                if setup in ("fp32", "bf16", "bf16+ckpt+8bit")
+                else {}[setup]
+            ),
+            "e4_trade_off_args: case an unknown set-up: your function raised KeyError: 'fp16'",
+        ),
+    ],
+    ids=["returned", "another-error"],
+)
+def test_e4_the_unknown_set_up_is_judged_by_what_was_raised(answer, words, no_gpu, monkeypatch):
+    told = _message(check_trade_off_args, answer)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    monkeypatch.setattr(kit, "_SEED", 20261123)
+    assert _message(check_trade_off_args, answer) == told
+    assert told.startswith(words)
+
+
+def test_e4_the_arguments_travel_as_data_and_are_made_again_alike(tmp_path):
+    import dataclasses
+
+    from autograders import wire
+    from autograders.lesson06 import args_data, rebuilt_args
+
+    for setup in ("fp32", "bf16", "bf16+ckpt+8bit"):
+        args = trade_off_args(setup, str(tmp_path), 2)
+        data = wire.roundtrip(args_data(args, setup))
+        assert data["not_plain"] == [] and data["fields"] == args.to_dict()
+        again = rebuilt_args(data)
+        assert type(again) is TrainingArguments
+        fields = [f.name for f in dataclasses.fields(args) if not f.name.endswith("_token")]
+        assert {f: getattr(again, f) for f in fields} == {f: getattr(args, f) for f in fields}
+
+
+def test_the_grading_kernel_computes_no_expected_value(strict_mode, no_gpu, monkeypatch):
+    """Collected as the grading kernel does: every case's learner steps are recorded, and no reference step ran (no
+    tracker expectation, no cost of a timed case, no Trainer run, no GPU peak, no grading reference)."""
+    ran = []
+
+    def spy(compute):
+        return kit.reference(lambda: ran.append(compute) or compute())
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("an expected value was computed in the grading kernel")
+
+    monkeypatch.setattr(l06, "reference", spy)
+    monkeypatch.setattr(kit, "references", forbidden)
+    for name in ("expected_peak", "observe_setup", "rebuilt_args", "_reference_train_peak"):
+        monkeypatch.setattr(l06, name, forbidden)
+    monkeypatch.setattr(l06.TimedCase, "expected", property(forbidden))
+    written = {
+        check_find_peak: ("`find_peak` is written", find_peak),
+        check_time_step: ("`time_step` is written", time_step),
+        check_largest_micro_batch: ("`largest_micro_batch` is written", largest_micro_batch),
+        check_trade_off_args: ("`trade_off_args` is written", trade_off_args),
+        check_measure_trainer: ("`measure_trainer` is written", ref.measure_trainer),
+    }
+    labels = {}
+    for check_fn, (first, answer) in written.items():
+        transcript = kit.collect(check_fn.check, (answer,), {})
+        assert all(r.failed is None for r in transcript.records), check_fn.check_name
+        labels[check_fn.check_name] = [r.label for r in transcript.records]
+        assert labels[check_fn.check_name][0] == first
+    assert ran == []
+    e1_drawn = [name for name, _ in kit.drawn_cases("e1_find_peak", 3, l06._e1_drawn_case)]
+    assert labels["e1_find_peak"][1:] == [name for name, _ in _e1_public_cases()] + e1_drawn
+    e2_cases = l06._e2_public_cases() + kit.drawn_cases("e2_time_step", 3, l06._e2_drawn_case)
+    observed = [label for c in e2_cases for label in (c.name, f"{c.name}: what the check observed")]
+    assert labels["e2_time_step"][1:] == observed + ["a CUDA GPU for the timing of real work"]
+    e3_cases = l06._e3_public_cases() + kit.drawn_cases("e3_largest_micro_batch", 3, l06._e3_drawn_case)
+    observed = [label for c in e3_cases for label in (c[0], f"{c[0]}: what the check observed")]
+    assert labels["e3_largest_micro_batch"][1:] == observed + [
+        "a step that fails with another error",
+        "needs (True, None, None, ())",
+    ]
+    assert labels["e4_trade_off_args"][1:] == [
+        "fp32",
+        "bf16",
+        "bf16+ckpt+8bit",
+        "an unknown set-up",
+        "needs (False, None, None, ('bitsandbytes',))",
+    ]
+    assert labels["e5_measure_trainer"][1:] == ["needs (True, None, None, ())"]
+
+
+# ---- the GPU stages, collected then judged on this machine with stand-ins for CUDA ---------------------------------
+
+
+class HostEvent:
+    """torch.cuda.Event read from the host clock."""
+
+    def __init__(self, enable_timing=False):
+        self.at = None
+
+    def record(self):
+        self.at = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return (end.at - self.at) * 1000
+
+
+class SleepyMatrix:
+    """A "bf16 8192 x 8192 matrix" whose product takes 5 ms of the host."""
+
+    def __matmul__(self, other):
+        time.sleep(0.005)
+        return self
+
+
+class CudaTimingTorch:
+    """torch as e2's GPU stage sees it here: CUDA is there, its events read the host clock, its matmuls sleep."""
+
+    def __init__(self):
+        self.cuda = SimpleNamespace(is_available=lambda: True, synchronize=lambda: None, Event=HostEvent)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def randn(*shape, device=None, dtype=None):
+        return SleepyMatrix()
+
+
+def test_e2_the_gpu_stage_is_collected_then_judged(strict_mode, monkeypatch, capsys):
+    monkeypatch.setattr(l06, "torch", CudaTimingTorch())
+    transcript = kit.collect(check_time_step.check, (time_step,), {})
+    assert [r.label for r in transcript.records][-3:] == [
+        "a CUDA GPU for the timing of real work",
+        "CUDA matmuls, sync=None",
+        "CUDA matmuls, sync=None: what the check observed",
+    ]
+    assert check_time_step(time_step) is None
+    assert capsys.readouterr().out.splitlines() == ["✓ e2_time_step: 9 cases passed"]
+
+
+class FakeGpuMemory:
+    """The allocator's counters as e3's GPU stage reads them, and steps whose activations count in them: a step above
+    `fits` runs out of memory with its activations still referenced by its frame (so by the exception's traceback)."""
+
+    def __init__(self, fits: int = 37):
+        self.allocated, self.fits = 0, fits
+
+    def install(self, monkeypatch):
+        for name, fn in {
+            "synchronize": lambda: None,
+            "empty_cache": lambda: None,
+            "get_device_properties": lambda index=0: SimpleNamespace(total_memory=80 * 1024**3),
+            "memory_allocated": lambda: self.allocated,
+            "memory_reserved": lambda: 0,
+            "set_per_process_memory_fraction": lambda fraction: None,
+        }.items():
+            monkeypatch.setattr(torch.cuda, name, fn)
+        memory = self
+
+        class Activations:
+            def __init__(self, n):
+                self.n = n
+                memory.allocated += n
+
+            def __del__(self):
+                memory.allocated -= self.n
+
+        class Steps:
+            def __call__(self, batch):
+                activations = Activations(batch * 64 * 2**20)  # noqa: F841 - held by this frame
+                if batch > memory.fits:
+                    raise torch.OutOfMemoryError(f"CUDA out of memory (simulated, micro-batch {batch})")
+
+        monkeypatch.setattr(l06, "CudaSteps", Steps)
+        monkeypatch.setattr(l06, "needs_hardware", lambda **kwargs: None)
+
+
+def test_e3_the_gpu_stage_is_collected_then_judged(strict_mode, monkeypatch, capsys):
+    FakeGpuMemory().install(monkeypatch)
+    assert check_largest_micro_batch(largest_micro_batch) is None
+    assert capsys.readouterr().out.splitlines() == ["✓ e3_largest_micro_batch: 9 cases passed"]
+
+
+def test_e3_an_out_of_memory_error_kept_alive_fails_in_the_judge_as_in_the_notebook(monkeypatch):
+    memory = FakeGpuMemory()
+    memory.install(monkeypatch)
+    kept = []
+
+    def keeps_the_error(step, max_batch):
+        low, high = 0, max_batch
+        while low < high:
+            mid = (low + high + 1) // 2
+            try:
+                step(mid)
+                low = mid
+            except torch.OutOfMemoryError as error:
+                kept.append(error)  # its traceback holds the failed step's frame
+                high = mid - 1
+        return low
+
+    told = _message(check_largest_micro_batch, keeps_the_error)
+    kept.clear()
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    monkeypatch.setattr(kit, "_SEED", 20261123)
+    judged = _message(check_largest_micro_batch, keeps_the_error)
+    kept.clear()
+    assert judged == told
+    assert (
+        "case real CUDA steps, 1024 MiB of headroom" in told
+        and "MiB allocated by the steps are still held" in told
+    )
+
+
+FAKE_PEAK = 3 * 1024**3
+
+
+class HostClock:
+    """The check's synchronised step clock, on the host."""
+
+    def __init__(self):
+        self.times = []
+
+    def on_step_begin(self, *args, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_step_end(self, *args, **kwargs):
+        self.times.append(time.perf_counter() - self.start)
+
+
+class FakeTrainer:
+    """A Trainer of 10 steps on the host: 3 slow ones (warm-up), then 7 of 10 ms, each between the callbacks."""
+
+    def __init__(self, folder=None):
+        self.callback_handler = SimpleNamespace(callbacks=[])
+
+    def train(self):
+        for i in range(10):
+            for callback in self.callback_handler.callbacks:
+                callback.on_step_begin(None, None, None)
+            time.sleep(0.05 if i < 3 else 0.01)
+            for callback in self.callback_handler.callbacks:
+                callback.on_step_end(None, None, None)
+
+
+def _fake_gpu_trainer(monkeypatch):
+    for name, value in {
+        "needs_hardware": lambda **kwargs: None,
+        "_fresh_gpu": lambda: None,
+        "_leave_a_peak_behind": lambda: None,
+        "gpu_trainer": FakeTrainer,
+        "_step_timer": HostClock,
+        "_reference_train_peak": lambda: FAKE_PEAK,
+    }.items():
+        monkeypatch.setattr(l06, name, value)
+
+
+def measure_on_host(trainer, warmup=3, extra_peak=0):
+    clock = HostClock()
+    trainer.callback_handler.callbacks.insert(0, clock)
+    trainer.train()
+    return {"peak_bytes": FAKE_PEAK + extra_peak, "step_seconds": statistics.mean(clock.times[warmup:])}
+
+
+def test_e5_is_collected_then_judged(strict_mode, monkeypatch, capsys):
+    _fake_gpu_trainer(monkeypatch)
+    assert check_measure_trainer(measure_on_host) is None
+    assert capsys.readouterr().out.splitlines() == ["✓ e5_measure_trainer: 1 case passed"]
+
+
+def test_e5_a_peak_from_before_train_fails_in_the_judge_as_in_the_notebook(monkeypatch):
+    _fake_gpu_trainer(monkeypatch)
+
+    def with_the_old_peak(trainer, warmup=3):
+        return measure_on_host(trainer, warmup, extra_peak=2 * 1024**3)
+
+    told = _message(check_measure_trainer, with_the_old_peak)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    monkeypatch.setattr(kit, "_SEED", 20261123)
+    assert _message(check_measure_trainer, with_the_old_peak) == told
+    assert 'expected "peak_bytes" (the peak of train() only) = 3,221,225,472' in told
