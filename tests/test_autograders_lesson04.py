@@ -5,10 +5,13 @@ cells of solutions/04-checkpointing/04-checkpointing.ipynb, which the notebook t
 a mistake a learner is likely to make; the test asserts that the check names the case that exposes it and, where
 the answer is hidden, that the message does not give the expected number away. The GPU check's logic runs here on
 the CPU (`run_checkpointed_stack_check(fn, "cpu")`); the check itself says NOT CHECKED HERE without a CUDA GPU.
+Under grading each check is collected in the kernel and judged outside it (strict mode does both in this process):
+the last part of this file runs every check that way.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -16,9 +19,13 @@ import torch
 from check_helpers import assert_hidden, failure
 from torch.utils.checkpoint import checkpoint
 
+import autograders.kit as kit
+import autograders.lesson04 as lesson04
 from autograders.kit import CheckFailed, NotGradedHere, check
 from autograders.lesson04 import (
     _e1_public_cases,
+    _plan_peaks,
+    budget_stack,
     check_llama_layer_saved_bytes,
     check_measure_checkpointed_stack,
     check_plan_checkpointing,
@@ -29,6 +36,7 @@ from autograders.lesson04 import (
 from autograders.references.lesson04 import llama_layer_saved_bytes as reference_formula
 from autograders.references.lesson04 import measure_checkpointed_stack as reference_stack
 from autograders.references.lesson04 import plan_checkpointing as reference_plan
+from autograders.references.lesson04 import plan_table
 from memlab.measure import track_memory
 
 pytestmark = pytest.mark.usefixtures("learner_mode")
@@ -47,7 +55,7 @@ def measure_checkpointed_stack(layers, hidden, position_embeddings, use_checkpoi
     return reference_stack(layers, hidden, position_embeddings, use_checkpoint, steps)
 
 
-@check("e3_measure_checkpointed_stack", points=1)
+@check("e3_measure_checkpointed_stack", points=1, rerun=True)
 def check_stack_on_cpu(fn) -> int:
     """The GPU check's logic at the CPU profile's sizes, its requirement bypassed."""
     return run_checkpointed_stack_check(fn, "cpu")
@@ -308,16 +316,24 @@ def test_e2_indices_out_of_range_fail():
     assert message.endswith("the plan should hold block indices 0..4; it holds 5.")
 
 
+def vandal(blocks, x, budget):
+    plan = plan_checkpointing(blocks, x, budget)
+    for p in blocks.parameters():
+        p.data.zero_()
+    x.zero_()
+    return plan
+
+
 def test_e2_the_learner_cannot_change_the_checks_model():
-    """The learner gets a copy: zeroing its weights does not change what the check measures."""
-
-    def vandal(blocks, x, budget):
-        plan = plan_checkpointing(blocks, x, budget)
-        for p in blocks.parameters():
-            p.data.zero_()
-        return plan
-
+    """The learner gets a copy: zeroing its weights (and its input) does not change what the check measures."""
     assert check_plan_checkpointing(vandal) is None
+
+
+def test_e2_the_drawn_budgets_are_chosen_among_the_peaks_the_references_measure():
+    """A drawn case's budget is an input, computed in the grading kernel too: there without the grading references
+    (`_plan_peaks`, the check's own code), the same peaks as their `plan_table`."""
+    blocks, x = budget_stack(16, [(64, 3), (32, 5), (96, 1)], batch=64, seed=1)
+    assert _plan_peaks(blocks, x) == sorted({peak for peak, _ in plan_table(blocks, x).values()})
 
 
 # ---- e3: the stack, on the CPU profile --------------------------------------------------------------------------
@@ -383,3 +399,186 @@ def test_e3_seconds_instead_of_milliseconds_fail():
 def test_e3_missing_keys_fail():
     message = failure(check_stack_on_cpu, lambda *a, **k: {"peak": 1})
     assert "the returned dict is missing the key(s) ['peak_bytes', 'step_ms']" in message
+
+
+# ---- graded: collected in the grading kernel, judged outside it (strict mode does both in this process) -------------
+
+GRADING_SEED = 20261123
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "answer", "line"),
+    [
+        (
+            check_llama_layer_saved_bytes,
+            llama_layer_saved_bytes,
+            "✓ e1_llama_layer_saved_bytes: 8 cases passed",
+        ),
+        (check_stack_on_cpu, measure_checkpointed_stack, "✓ e3_measure_checkpointed_stack: 2 cases passed"),
+    ],
+    ids=["e1", "e3-on-cpu"],
+)
+def test_right_answers_pass_when_graded(check_fn, answer, line, strict_mode, capsys):
+    """(e2's right answer is graded the same way, collected then judged with the seed's drawn cases, by
+    test_the_grading_kernel_computes_no_expected_value[e2] below and tests/test_drawn_cases.py: a few minutes each.)"""
+    assert (kit._MODE, kit._SEED) == (kit.STRICT, GRADING_SEED)
+    assert check_fn(answer) is None
+    assert capsys.readouterr().out.splitlines() == [line]
+
+
+def test_e2_a_learner_who_vandalises_its_copy_passes_when_graded(monkeypatch, capsys):
+    """Collected and judged (the public cases only, to keep it short): the judge measures its own blocks."""
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    assert check_plan_checkpointing(vandal) is None
+    assert capsys.readouterr().out.splitlines() == ["✓ e2_plan_checkpointing: 8 cases passed"]
+
+
+def _gpt3(config, batch, seq, bytes_per_value):
+    s, b, h, a = seq, batch, config.hidden_size, config.num_attention_heads
+    return int(34 * s * b * h + 5 * a * s * s * b)
+
+
+def _measures(config, batch, seq, p):
+    return measure_layer_saved_bytes(config, batch, seq, torch.float32 if p == 4 else torch.bfloat16)
+
+
+def _ignores_use_checkpoint(layers, hidden, pe, use_checkpoint, steps=3):
+    return measure_checkpointed_stack(layers, hidden, pe, False, steps)
+
+
+def _public_only(check_fn, answer, words):
+    """A wrong answer graded on the public cases only (no grading seed): its first public case fails it as any drawn
+    one would, and drawing plan_checkpointing's cases measures every plan of two models, when collecting and again
+    when judging."""
+    return check_fn, answer, words, None
+
+
+def _graded(check_fn, answer, words):
+    return check_fn, answer, words, GRADING_SEED
+
+
+WRONG = [
+    _graded(check_llama_layer_saved_bytes, stub, "is not written yet"),
+    _graded(check_llama_layer_saved_bytes, _gpt3, "is too low"),
+    _graded(check_llama_layer_saved_bytes, _measures, "your function ran a model (torch ran"),
+    _graded(
+        check_llama_layer_saved_bytes,
+        lambda c, b, s, p: torch.tensor(llama_layer_saved_bytes(c, b, s, p)),
+        "the number of bytes should be an int; got a Tensor",
+    ),
+    _graded(
+        check_llama_layer_saved_bytes,
+        lambda c, b, s, p: {"bytes": 1},
+        "the number of bytes should be an int; got a dict",
+    ),
+    _graded(
+        check_llama_layer_saved_bytes,
+        lambda c, b, s, p: 1 / 0,
+        "your function raised ZeroDivisionError: division by zero",
+    ),
+    _graded(check_plan_checkpointing, lambda blocks, x, budget: [], "over the budget of"),
+    _public_only(
+        check_plan_checkpointing,
+        lambda blocks, x, budget: list(range(len(blocks))),
+        "fits, but it recomputes",
+    ),
+    _public_only(
+        check_plan_checkpointing, lambda blocks, x, budget: None, "your function returned None, but a plan"
+    ),
+    _public_only(check_plan_checkpointing, lambda blocks, x, budget: [len(blocks)], "it holds 5."),
+    _public_only(check_plan_checkpointing, lambda blocks, x, budget: {0}, "a check takes only numbers"),
+    _public_only(check_plan_checkpointing, lambda blocks, x, budget: "0", "got str"),
+    _graded(check_stack_on_cpu, _ignores_use_checkpoint, "every layer should run 6 times"),
+    _graded(
+        check_stack_on_cpu, lambda *a, **k: {"peak": 1}, "is missing the key(s) ['peak_bytes', 'step_ms']"
+    ),
+    _graded(check_stack_on_cpu, lambda *a, **k: object(), "a check takes only numbers"),
+    _graded(check_measure_checkpointed_stack, _ignores_use_checkpoint, "every layer should run 6 times"),
+]
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "answer", "words", "seed"),
+    WRONG,
+    ids=[f"{i}-{c[0].check_name}" for i, c in enumerate(WRONG)],
+)
+def test_wrong_answers_fail_the_same_way_when_graded(check_fn, answer, words, seed, monkeypatch, no_gpu):
+    told = failure(check_fn, answer)  # a learner's notebook
+    assert words in told
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    monkeypatch.setattr(kit, "_SEED", seed)
+    assert failure(check_fn, answer) == told  # collected, then judged: the same case fails, the same words
+
+
+def _labels_e1():
+    from autograders.lesson04 import _e1_drawn_case
+
+    cases = _e1_public_cases() + kit.drawn_cases("e1_llama_layer_saved_bytes", 3, _e1_drawn_case)
+    labels = ["`llama_layer_saved_bytes` is written"]
+    for name, *_ in cases:
+        labels += [name, f"{name}: the model ops torch ran during the call"]
+    return labels
+
+
+def _labels_e2():
+    names = [name for name, *_ in lesson04._e2_public_cases()]
+    return ["`plan_checkpointing` is written", *names, "drawn at grading time #1", "drawn at grading time #2"]
+
+
+def _labels_e3():
+    labels = ["`measure_checkpointed_stack` is written"]
+    for on in (False, True):
+        case = (
+            "3 layers {'hidden_size': 64, 'intermediate_size': 172, 'num_attention_heads': 4, "
+            f"'num_key_value_heads': 4}}, batch 2, seq 64, float32 on cpu, checkpoint={on}"
+        )
+        labels += [case, f"{case}: what the check saw of the call"]
+    return labels
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "answer", "labels", "cases"),
+    [
+        (check_llama_layer_saved_bytes, llama_layer_saved_bytes, _labels_e1, 8),
+        (check_plan_checkpointing, plan_checkpointing, _labels_e2, 10),
+        (check_stack_on_cpu, measure_checkpointed_stack, _labels_e3, 2),
+    ],
+    ids=["e1", "e2", "e3-on-cpu"],
+)
+def test_the_grading_kernel_computes_no_expected_value(
+    check_fn, answer, labels, cases, strict_mode, monkeypatch
+):
+    """Collected with every way to an expected value (the grading references, the stored and measured answers, the
+    measurement of a plan) made to fail: every case is still recorded; then the judge, which has them, passes it."""
+    computed = []
+
+    def spy(*args, **kwargs):
+        computed.append(args)
+        raise AssertionError("an expected value was computed in the grading kernel")
+
+    with monkeypatch.context() as m:
+        for module, name in [
+            (kit, "references"),
+            (lesson04, "references"),
+            (lesson04, "_e1_expected"),
+            (lesson04, "_stored_least_flops"),
+            (lesson04, "_least_flops_drawn"),
+            (lesson04, "_judge_plan"),
+        ]:
+            m.setattr(module, name, spy)
+        transcript = kit.collect(check_fn.check, (answer,), {})
+    assert computed == []
+    recorded = [r.label for r in transcript.records]
+    expected = labels()
+    assert len(recorded) == len(expected)
+    for got, want in zip(recorded, expected):
+        assert got.startswith(want)
+    assert all(r.failed is None and r.missing is None for r in transcript.records)
+    travelled = kit.Transcript.from_data(json.loads(json.dumps(transcript.to_data())))
+    assert kit.judge(check_fn.check, travelled) == kit.Verdict(True, cases=cases)
+
+
+def test_only_the_gpu_check_is_collected_again_when_graded():
+    assert check_measure_checkpointed_stack.check.rerun
+    assert not check_llama_layer_saved_bytes.check.rerun
+    assert not check_plan_checkpointing.check.rerun
