@@ -27,6 +27,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -129,6 +130,15 @@ def sandboxed_kernel_manager(sandbox: isolation.Sandbox | None, runtime: str, wa
             await super()._async_launch_kernel(kernel_cmd, **kw)
             if sandbox is not None and self.provisioner is not None and self.provisioner.process is not None:
                 watches.append(isolation.Watch(self.provisioner.process.pid, sandbox.limits))
+
+        async def _async_signal_kernel(self, signum: int) -> None:
+            # jupyter_client signals the kernel's process group, which holds bubblewrap's own processes too: an
+            # interrupt then ended the kernel instead of the cell. Signal the processes inside the sandbox only.
+            process = self.provisioner.process if self.provisioner is not None else None
+            if sandbox is None or process is None or signum != signal.SIGINT:
+                return await super()._async_signal_kernel(signum)
+            for pid in isolation.sandboxed(process.pid):
+                isolation.send(pid, signum)
 
     return SandboxedKernelManager
 
@@ -316,7 +326,7 @@ def _make_judge_checks():
             request = JudgeRequest(
                 seed=seed,
                 cells=requests,
-                definitions=definitions_source(nb),
+                definitions=definitions_source(nb, source),
                 workdir=workdir,
                 kit_dir=kit_copy(settings.kit_dir) if settings.isolate else "",
                 memory_gb=settings.memory_gb,
@@ -359,9 +369,17 @@ def verdict_outputs(verdict, errors: list) -> list:
     return [error_output(verdict.ename, verdict.message)]
 
 
-def definitions_source(nb) -> list[str]:
-    """The code cells of the executed notebook, in order (grading/rerun.py keeps their definitions only)."""
-    return [cell.source for cell in nb.cells if cell.cell_type == "code"]
+def definitions_source(nb, source) -> list[list]:
+    """[code, is the lesson's own] for the code cells of the executed notebook, in order: a cell is the lesson's own
+    when it is not a solution cell and its code is exactly a cell of the lesson's source (grading/rerun.py)."""
+    own = set()
+    if source is not None:
+        own = {c.source for c in source.cells if c.cell_type == "code" and not _is_solution(c)}
+    return [[c.source, c.source in own and not _is_solution(c)] for c in nb.cells if c.cell_type == "code"]
+
+
+def _is_solution(cell) -> bool:
+    return bool((cell.get("metadata", {}).get("nbgrader") or {}).get("solution"))
 
 
 def run_judge(request, timeout: float):

@@ -75,7 +75,10 @@ def csv_text(text: str, limit: int = FIELD_CHARS) -> str:
     """`text` safe for a CSV cell: lone surrogates and control characters escaped, at most `limit` characters."""
     text = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
     text = "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
-    return text if len(text) <= limit else text[: limit - 20] + f"... ({len(text):,} chars)"
+    if len(text) <= limit:
+        return text
+    suffix = f"... ({len(text):,} chars)"
+    return text[: limit - len(suffix)] + suffix
 
 
 def kernel_threads(jobs: int) -> int:

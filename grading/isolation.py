@@ -225,16 +225,33 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def sandboxed(pid: int) -> list[int]:
+    """The processes in the sandbox of bubblewrap `pid`: its descendants that are not bubblewrap itself."""
+    return [p for p in descendants(pid) if _name(p) != "bwrap"]
+
+
 def kill_tree(pid: int) -> None:
     for p in [pid, *descendants(pid)]:
         kill(p)
 
 
 def kill(pid: int) -> None:
+    send(pid, signal.SIGKILL)
+
+
+def send(pid: int, signum: int) -> None:
     try:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
 
 
 def _alive(pid: int) -> bool:

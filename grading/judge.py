@@ -34,7 +34,8 @@ class CellRequest:
 class JudgeRequest:
     seed: int
     cells: list[CellRequest]
-    definitions: list[str] = dataclasses.field(default_factory=list)  # the notebook's code cells, for reruns
+    #: [code, is the lesson's own cell] for the notebook's code cells, in order: what a rerun loads (grading/rerun.py)
+    definitions: list[list] = dataclasses.field(default_factory=list)
     workdir: str = ""
     source_dir: str = ""  # the lesson's source folder: where a check module that is not in the kit lives
     kit_dir: str = ""  # the kit copy a rerun's sandbox imports ("" with isolation off)

@@ -8,8 +8,11 @@ The judge starts a new process, sandboxed like the kernel (grading/isolation.py)
 1. the kit is imported first, in collect mode, with this student's seed: the check's module, memlab's tracker and
    torch are in place before any of the learner's code exists;
 2. the learner's **definitions only** are loaded from the notebook's code cells, in order: `import` statements,
-   functions, classes, and assignments of literal constants (`ast.literal_eval`); no other top-level statement runs
-   (no training, no patching, no prints);
+   functions, classes, and assignments of literal constants (`ast.literal_eval`); no other top-level statement of
+   a cell the learner wrote or changed runs (no training, no patching, no prints). The lesson's own cells (code
+   identical to the lesson's source, not solution cells) also contribute their assignments (`SIZES`, `DEVICE`,
+   `TARGETS`: names a learner's function may use), each given at most `ASSIGNMENT_SECONDS` (a lesson cell that
+   trains a model is skipped, not waited for); a statement that fails is skipped;
 3. the check collects, exactly as in a kernel, and the transcript is printed as the last line of output.
 
 The judge then judges that transcript. The learner's function still runs here (it is what is measured), so it could
@@ -24,34 +27,51 @@ import ast
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 
 RERUN_TIMEOUT = 900.0
+ASSIGNMENT_SECONDS = 2  # what one assignment of a lesson's own cell may take in a rerun
+DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def definitions(sources: list[str]) -> str:
-    """The definitions of `sources` (code cells), as one module's source."""
-    kept = []
-    for source in sources:
+def definitions(cells: list[list]) -> list[list]:
+    """[statement's code, is an assignment of the lesson's own] for what a rerun loads from `cells`
+    ([code, is the lesson's own cell] each), in order."""
+    parsed = []
+    for source, own in cells:
         lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
         try:
-            tree = ast.parse("\n".join(lines))
+            parsed.append((ast.parse("\n".join(lines)), own))
         except SyntaxError:
             continue
+    # a lesson's assignment that would call the learner's code (`RESULT = their_function(...)`) is not run: the
+    # learner's code runs first in the check, under its measurement
+    learners = {name for tree, own in parsed if not own for node in tree.body for name in _defined(node)}
+    kept = []
+    for tree, own in parsed:
         for node in tree.body:
-            if isinstance(
-                node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-            ):
-                kept.append(node)
+            assignment = isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+            if isinstance(node, DEFINITIONS) or (assignment and _literal(node.value)):
+                kept.append([ast.unparse(node), False])
             elif (
-                isinstance(node, (ast.Assign, ast.AnnAssign))
-                and node.value is not None
-                and _literal(node.value)
+                assignment
+                and own
+                and not learners & {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
             ):
-                kept.append(node)
-    return ast.unparse(ast.Module(body=kept, type_ignores=[]))
+                kept.append([ast.unparse(node), True])
+    return kept
+
+
+def _defined(node) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return []
 
 
 def _literal(node) -> bool:
@@ -137,7 +157,12 @@ def main() -> int:
     """Inside the sandbox: the kit first, then the definitions, then the check's collection."""
     import importlib
 
-    from autograders import kit  # noqa: F401 - collect mode, read from the environment at import
+    from autograders import kit  # collect mode, read from the environment at import
+
+    def _too_long(signum, frame):
+        raise TimeoutError(f"took more than {ASSIGNMENT_SECONDS} s")
+
+    signal.signal(signal.SIGALRM, _too_long)
 
     request = json.loads(sys.stdin.read())
     if request["source_dir"] and request["source_dir"] not in sys.path:
@@ -145,16 +170,24 @@ def main() -> int:
     module = importlib.import_module(request["module"])
     declared = getattr(module, request["function"]).check
     namespace: dict = {"__name__": "__main__"}
-    try:
-        exec(compile(request["definitions"], "<your definitions>", "exec"), namespace)
-    except Exception as error:
-        print(json.dumps({"error": f"your definitions could not be loaded: {type(error).__name__}: {error}"}))
-        return 0
+    skipped = []
+    # one by one: what fails (a helper whose default argument needs a name that was skipped) or takes too long (a
+    # lesson cell that trains a model) is skipped
+    for code, timed in request["definitions"]:
+        if timed:
+            signal.alarm(ASSIGNMENT_SECONDS)
+        try:
+            exec(compile(code, "<your definitions>", "exec"), namespace)
+        except BaseException as error:  # noqa: BLE001 - the alarm's TimeoutError too
+            skipped.append(f"{code.splitlines()[0][:40]} ({type(error).__name__}: {error})")
+        finally:
+            signal.alarm(0)
     try:
         args = [namespace[name] if name in namespace else eval(name, namespace) for name in request["args"]]
         kwargs = {k: eval(v, namespace) for k, v in request["kwargs"]}
     except Exception as error:
-        print(json.dumps({"error": f"the check's arguments are not among your definitions ({error})"}))
+        why = f"the check's arguments are not among your definitions ({error})"
+        print(json.dumps({"error": why + (f"; not loaded: {'; '.join(skipped)[:300]}" if skipped else "")}))
         return 0
     transcript = kit.collect(declared, args, kwargs)
     print("\n" + json.dumps({"transcript": transcript.to_data()}))

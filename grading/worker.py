@@ -3,7 +3,8 @@
     python -m grading.worker TASK.json        (started by scripts/grade.py; writes the task's result.json)
 
 1. The submission is read as data (grading/submission.py); a notebook that cannot be graded is one line of notes.
-   Cells carrying grade ids the lesson does not have lose their grading metadata (nbgrader would stop at them).
+   Cells carrying grade ids the lesson does not have lose their grading metadata (nbgrader would stop at them);
+   of a graded cell duplicated, the last copy is graded; a deleted solution cell is put back as released.
 2. nbgrader autogrades it in a private copy of the course, with the course's own nbgrader_config.py: the kernel
    runs sandboxed and only collects, the judge decides (grading/autograde.py), nbgrader puts back deleted check
    cells and restores edited ones, and its gradebook holds the scores. This is the same code path as a plain
@@ -14,10 +15,13 @@
 
 from __future__ import annotations
 
+import copy
 import shutil
 import sys
 import time
 import traceback
+import uuid
+from collections import Counter
 from pathlib import Path
 
 from grading.course import graded_cells, nbgrader_api
@@ -38,6 +42,42 @@ def drop_unknown_grade_ids(nb, known: set[str]) -> list[str]:
     return notes
 
 
+def keep_last_copies(nb) -> list[str]:
+    """A graded cell the learner duplicated: the last copy is graded, the others become ordinary cells (nbgrader's
+    own DeduplicateIds leaves them metadata that its CheckCellMetadata then refuses, failing the whole notebook)."""
+    counts = Counter(grade_id(c) for c in nb.cells if grade_id(c))
+    seen: Counter = Counter()
+    for cell in nb.cells:
+        gid = grade_id(cell)
+        if gid and counts[gid] > 1:
+            seen[gid] += 1
+            if seen[gid] < counts[gid]:
+                del cell.metadata["nbgrader"]
+    return [f"{gid} appears {n} times: only the last copy is graded" for gid, n in counts.items() if n > 1]
+
+
+def put_back_solution_cells(nb, released) -> list[str]:
+    """Solution cells the learner deleted, put back as released (the stub: nothing to earn), each after the graded
+    cell before it: nbgrader puts back deleted check cells after the cell before them in the source, and fails the
+    whole notebook (a KeyError) when that cell is gone too."""
+    notes = []
+    present = {grade_id(c) for c in nb.cells if grade_id(c)}
+    order = [c for c in released.cells if grade_id(c)]
+    for i, cell in enumerate(order):
+        gid = grade_id(cell)
+        meta = cell.metadata["nbgrader"]
+        if gid in present or not meta.get("solution") or meta.get("grade"):  # nbgrader puts back graded cells
+            continue
+        before = [grade_id(c) for c in order[:i] if grade_id(c) in present]
+        position = max(j for j, c in enumerate(nb.cells) if grade_id(c) == before[-1]) + 1 if before else 0
+        restored = copy.deepcopy(cell)
+        restored["id"] = f"restored-{uuid.uuid4().hex[:12]}"
+        nb.cells.insert(position, restored)
+        present.add(gid)
+        notes.append(f"{gid}: the cell is missing from the notebook (put back as released: no answer)")
+    return notes
+
+
 def grade(task: Task) -> Result:
     import nbformat
 
@@ -55,6 +95,9 @@ def grade(task: Task) -> Result:
         return result
     source = nbformat.read(source_folder / f"{slug}.ipynb", as_version=4)
     result.notes += notes + drop_unknown_grade_ids(nb, {grade_id(c) for c in source.cells if grade_id(c)})
+    result.notes += keep_last_copies(nb)
+    released = Path(task.template) / "lessons" / slug / f"{slug}.ipynb"
+    result.notes += put_back_solution_cells(nb, nbformat.read(released, as_version=4))
 
     course = work / "course"
     shutil.copytree(source_folder, course / "solutions" / slug)
