@@ -2,11 +2,14 @@
 
 The right answers and the lesson's helpers (`encode`, `train_lora`, `evaluate_accuracy`, `CAPSTONE`) are copied from
 solutions/08-capstone-7b-lora/08-capstone-7b-lora.ipynb. The graded run (Exercise 8.3) trains once per session
-(about half a minute); its wrong answers reuse that run's files.
+(about half a minute); its wrong answers reuse that run's files. Every check is also run the grading way (collect in
+the kernel, then judge without the learner's objects: the `strict_mode` fixture), with its right answer and with wrong
+ones that must fail with the message a learner sees.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import statistics
@@ -17,8 +20,11 @@ import pytest
 import torch
 from check_helpers import failure
 from peft import LoraConfig, get_peft_model
+from safetensors.torch import load_file, save_file
 
+import autograders.kit as kit
 import autograders.lesson08 as l08
+from autograders.kit import NotGradedHere
 from autograders.lesson08 import (
     BATCH,
     HEADROOM,
@@ -267,6 +273,19 @@ def test_e1_the_expected_plans_are_decided_far_from_the_budget():
     assert l08.expected_plan(24, 1024)[0] == {"checkpointing": True, "micro_batch": 8, "accumulation": 2}
 
 
+@pytest.mark.slow
+def test_e1_the_pairs_never_drawn_are_those_the_simulation_decides_within_3_percent():
+    """E1_TOO_CLOSE lets the grading kernel draw its cases without simulating: it must be what the simulation says
+    (about a minute and a half: 60 simulations of a 7B step, cached)."""
+    too_close = {
+        (gpu, seq)
+        for gpu in l08.E1_DRAWN_GPUS
+        for seq in l08.E1_DRAWN_SEQS
+        if l08.expected_plan(gpu, seq)[1] < 0.03
+    }
+    assert too_close == l08.E1_TOO_CLOSE
+
+
 # ---- e2: add_lora ------------------------------------------------------------------------------------------------
 
 
@@ -299,8 +318,10 @@ def _lora(**overrides):
         (_lora(target_modules="all-linear"), "LoRA should adapt only the attention projections"),
         (_lora(target_modules=["q_proj", "v_proj"]), "there should be a LoRA layer on each of the"),
         (lambda model, rank: model, "the result (a peft model, from get_peft_model)"),
+        (_lora(use_dora=True), "trainable parameters; expected exactly the rank-16 A and B matrices"),
+        (_lora(init_lora_weights=False), "the adapted model should compute exactly what the base computed"),
     ],
-    ids=["no-task-type", "alpha-16", "all-linear", "q-v-only", "unwrapped"],
+    ids=["no-task-type", "alpha-16", "all-linear", "q-v-only", "unwrapped", "dora", "random-B"],
 )
 def test_e2_wrong_adapters_fail_with_a_reason(wrong, expected):
     assert expected in failure(check_add_lora, wrong)
@@ -317,29 +338,41 @@ def test_e2_a_frozen_head_fails():
     assert "the classifier's head (score) is frozen" in failure(check_add_lora, frozen_head)
 
 
+def test_e2_each_side_of_a_case_builds_the_same_base(strict_mode):
+    """The learner's base and the check's own are built apart (add_lora changes the one it is given): the same
+    class, as the messages name it, and the same weights, drawn cases included."""
+    cases = l08._e2_cases()
+    assert len(cases) == 6
+    for lora_case in cases:
+        first, second = lora_case.build(), lora_case.build()
+        assert type(first).__name__ == l08.BASE_CLASSES[lora_case.task], lora_case.case
+        assert next(first.parameters()).is_meta == lora_case.on_meta
+        if not lora_case.on_meta:
+            for (name, a), b in zip(first.state_dict().items(), second.state_dict().values()):
+                assert torch.equal(a, b), (lora_case.case, name)
+
+
 # ---- e3: the graded run --------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def good_run(tmp_path_factory):
-    """The solution's run, once (about 30 s): its folder, and the module's import time moved before it."""
+    """The solution's run, once (about 30 s): its folder."""
     folder = tmp_path_factory.mktemp("good-run")
     run_capstone(folder)
     return folder
 
 
-@pytest.fixture
-def fresh(monkeypatch):
-    """The check requires files written after the check module's import: make 'import' now."""
-    monkeypatch.setattr(l08, "IMPORTED_AT", time.time() - 1)
-
-
-def test_e3_the_solution_passes(good_run, tmp_path, fresh, capsys):
-    def replay(run_dir):  # the good run, copied: fresh files, the same content
+def _replay(good_run):
+    def replay(run_dir):  # the good run, copied: the same content
         shutil.copytree(good_run, run_dir, dirs_exist_ok=True, copy_function=shutil.copyfile)
         return json.loads((Path(run_dir) / "run.json").read_text())
 
-    check_graded_run(replay, tmp_path / "run")
+    return replay
+
+
+def test_e3_the_solution_passes(good_run, tmp_path, capsys):
+    check_graded_run(_replay(good_run), tmp_path / "run")
     assert "✓ e3_graded_run: 1 case passed" in capsys.readouterr().out
 
 
@@ -382,11 +415,11 @@ def _set(path, value):
     ],
     ids=["accuracy", "trainable", "total", "peak", "short-curve", "rising-curve", "rank", "device", "n"],
 )
-def test_e3_a_run_that_does_not_match_what_it_reports_fails(good_run, tmp_path, fresh, edit, expected):
+def test_e3_a_run_that_does_not_match_what_it_reports_fails(good_run, tmp_path, edit, expected):
     assert expected in failure(lambda f: check_graded_run(f, tmp_path / "run"), _edited(good_run, edit))
 
 
-def test_e3_a_returned_dict_other_than_the_file_fails(good_run, tmp_path, fresh):
+def test_e3_a_returned_dict_other_than_the_file_fails(good_run, tmp_path):
     def wrong(run_dir):
         shutil.copytree(good_run, run_dir, dirs_exist_ok=True, copy_function=shutil.copyfile)
         run = json.loads((Path(run_dir) / "run.json").read_text())
@@ -397,21 +430,26 @@ def test_e3_a_returned_dict_other_than_the_file_fails(good_run, tmp_path, fresh)
     assert "is not what it wrote to run.json" in message
 
 
-def test_e3_files_that_were_there_before_fail(good_run, tmp_path, monkeypatch):
-    shutil.copytree(good_run, tmp_path / "run")
-    monkeypatch.setattr(l08, "IMPORTED_AT", time.time() + 60)  # the files predate the checking
-    message = failure(
-        lambda f: check_graded_run(f, tmp_path / "run"),
-        lambda run_dir: json.loads((Path(run_dir) / "run.json").read_text()),
-    )
-    assert "was written before this kernel checked anything" in message
-
-
-def test_e3_an_accuracy_below_the_bar_fails(good_run, tmp_path, fresh, monkeypatch):
+def test_e3_an_accuracy_below_the_bar_fails(good_run, tmp_path, monkeypatch):
     """An honest run below the bar: every count matches, the accuracy is re-evaluated, and it is too low."""
     monkeypatch.setattr(l08, "ACCURACY_BAR", 0.99)
     message = failure(lambda f: check_graded_run(f, tmp_path / "run"), _edited(good_run, lambda run: None))
     assert "the bar is 0.99" in message
+
+
+def test_e3_an_adapter_other_than_the_one_evaluated_fails(good_run, tmp_path):
+    """The check evaluates the weights handed in, not the reported accuracy: untrained adapters (B = 0) next to the
+    trained run's run.json."""
+
+    def untrained(run_dir):
+        run = _replay(good_run)(run_dir)
+        weights_file = Path(run_dir) / "adapter" / "adapter_model.safetensors"
+        weights = load_file(weights_file)
+        save_file({k: torch.zeros_like(v) if "lora_B" in k else v for k, v in weights.items()}, weights_file)
+        return run
+
+    message = failure(lambda f: check_graded_run(f, tmp_path / "run"), untrained)
+    assert "the reported accuracy against the check's own evaluation of your saved adapter" in message
 
 
 def test_e3_the_stub_fails(tmp_path):
@@ -489,3 +527,144 @@ def test_e5_a_step_without_lora_fails(no_gpu):
 def test_e5_a_result_without_a_peak_fails(no_gpu):
     message = failure(check_measure_lora_step, lambda *a, **k: {"step_time_s": 1.0})
     assert "missing the key(s) ['peak_bytes']" in message
+
+
+# ---- graded: collect in the kernel, judge without the learner's objects ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "right", "count", "wrongs"),
+    [
+        (
+            check_plan_for,
+            plan_for,
+            7,
+            [_variant(micro_batches=(1,)), _variant(accumulation=1), _variant(unit=1e9), lambda g, s: None],
+        ),
+        (
+            check_add_lora,
+            add_lora,
+            6,
+            [
+                _lora(lora_alpha=16),
+                _lora(target_modules=["q_proj", "v_proj"]),
+                _lora(use_dora=True),
+                _lora(init_lora_weights=False),
+                lambda model, rank: model,
+            ],
+        ),
+        (check_merged_weight, merged_weight, 10, [_no_scaling, _in_place, _fp32_out]),
+    ],
+    ids=["e1", "e2", "e4"],
+)
+def test_graded_a_right_answer_passes_and_wrong_ones_fail_as_a_learner_sees(
+    check_fn, right, count, wrongs, monkeypatch, capsys
+):
+    seen = [failure(check_fn, wrong) for wrong in wrongs]  # learner mode: public cases only
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    monkeypatch.setattr(kit, "_SEED", 20261123)
+    assert check_fn(right) is None
+    assert f"✓ {check_fn.check_name}: {count} cases passed" in capsys.readouterr().out
+    for wrong, message in zip(wrongs, seen):
+        assert failure(check_fn, wrong) == message
+
+
+def test_graded_e5_runs_its_cpu_stage_then_needs_a_gpu(no_gpu, monkeypatch):
+    wrong = lambda *a, **k: {"step_time_s": 1.0}  # noqa: E731
+    seen = failure(check_measure_lora_step, wrong)
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    monkeypatch.setattr(kit, "_SEED", 20261123)
+    assert (
+        check_measure_lora_step.check.rerun
+    )  # it measures: under grading, collected again in a fresh process
+    with pytest.raises(NotGradedHere, match="needs a CUDA GPU"):
+        check_measure_lora_step(measure_lora_step)
+    assert failure(check_measure_lora_step, wrong) == seen
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            _set(("eval", "accuracy"), lambda a: a + 0.1),
+            "the reported accuracy against the check's own evaluation",
+        ),
+        (_set(("trainable_parameters",), lambda n: n * 2), 'run.json["trainable_parameters"]'),
+        (_set(("peak_bytes", "train"), lambda b: b * 3), "from a simulated step of the same configuration"),
+        (_set(("loss_curve",), lambda c: c[::-1]), "the loss did not go down"),
+        (_set(("config", "rank"), 8), "is not the configuration run.json reports"),
+    ],
+    ids=["accuracy", "trainable", "peak", "rising-curve", "rank"],
+)
+def test_graded_e3_a_run_that_does_not_match_what_it_reports_fails_as_a_learner_sees(
+    good_run, tmp_path, monkeypatch, edit, expected
+):
+    seen = failure(lambda f: check_graded_run(f, tmp_path / "learner"), _edited(good_run, edit))
+    assert expected in seen
+    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    monkeypatch.setattr(kit, "_SEED", 20261123)
+    graded = failure(lambda f: check_graded_run(f, tmp_path / "graded"), _edited(good_run, edit))
+    assert graded == seen.replace(str(tmp_path / "learner"), str(tmp_path / "graded"))
+
+
+def test_graded_e3_the_judge_evaluates_the_adapter_it_is_handed_and_fingerprints_it(
+    good_run, tmp_path, strict_mode
+):
+    """The judge never reads the run folder: it loads the recorded adapter onto its own base (the folder is gone by
+    then), and names the adapter by the SHA-256 of its weights in a canonical order: the same for two copies."""
+    transcript = kit.collect(check_graded_run.check, (_replay(good_run), tmp_path / "first"), {})
+    assert [r.label for r in transcript.records] == [
+        "`run_capstone` is written",
+        "your run",
+        "the files your run wrote",
+    ]
+    shutil.rmtree(tmp_path / "first")
+    travelled = kit.Transcript.from_data(json.loads(json.dumps(transcript.to_data())))
+    verdict = kit.judge(check_graded_run.check, travelled, n_args=2)
+    assert verdict.passed and verdict.cases == 1, verdict.message
+    weights = load_file(good_run / "adapter" / "adapter_model.safetensors")
+    assert verdict.fingerprint == hashlib.sha256(l08.adapter_fingerprint_bytes(weights)).hexdigest()
+    second = kit._strict(check_graded_run.check, (_replay(good_run), tmp_path / "second"), {})
+    assert second.passed and second.fingerprint == verdict.fingerprint
+
+
+def test_graded_e3_the_fingerprint_ignores_order_and_sees_every_value():
+    weights = {"b.lora_B.weight": torch.zeros(2, 3), "a.lora_A.weight": torch.arange(6.0).reshape(3, 2)}
+    canonical = l08.adapter_fingerprint_bytes(weights)
+    assert l08.adapter_fingerprint_bytes(dict(reversed(weights.items()))) == canonical
+    changed = dict(weights, **{"b.lora_B.weight": torch.zeros(2, 3).index_fill(1, torch.tensor([2]), 1e-7)})
+    assert l08.adapter_fingerprint_bytes(changed) != canonical
+    assert l08.adapter_fingerprint_bytes({k: v.to(torch.bfloat16) for k, v in weights.items()}) != canonical
+
+
+def test_graded_the_kernel_computes_no_expected_value(good_run, tmp_path, strict_mode, no_gpu, monkeypatch):
+    """Collect mode (the grading kernel) runs every case's learner steps and none of the reference steps: the
+    grading references and every helper that computes an expected value raise here, and collecting still
+    completes, with a record for every case."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("an expected value was computed in the grading kernel")
+
+    monkeypatch.setattr(kit, "references", forbidden)
+    for name in (
+        "expected_plan",
+        "_peak",
+        "simulate_7b_lora_step",
+        "_expected_lora",
+        "_reload_adapter",
+        "eval_accuracy",
+        "simulated_run_peak",
+        "_expected_merges",
+    ):
+        monkeypatch.setattr(l08, name, forbidden)
+    for check_fn, args, records in (
+        (check_plan_for, (plan_for,), 1 + 7),
+        (check_add_lora, (add_lora,), 1 + 6 + 5),  # facts for every case, logits for all but the 7B on meta
+        (check_merged_weight, (merged_weight,), 1 + 5 * 2),
+        (check_graded_run, (_replay(good_run), tmp_path / "run"), 3),
+        (check_measure_lora_step, (measure_lora_step,), 3),  # the CPU stage, then the GPU it lacks
+    ):
+        transcript = kit.collect(check_fn.check, args, {})
+        assert len(transcript.records) == records, (check_fn.check_name, transcript.records)
+        assert all(r.failed is None for r in transcript.records), check_fn.check_name
+        assert all(r.missing is None for r in transcript.records[:-1]), check_fn.check_name
