@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import math
+import sys
 
 MAX_DEPTH = 32
 MAX_ITEMS = 1_000_000  # values in one encoded value, nested ones included
@@ -51,8 +52,6 @@ def _numpy_scalar(value):
 
 
 def _is_tensor(value) -> bool:
-    import sys
-
     torch = sys.modules.get("torch")
     return torch is not None and type(value) in (torch.Tensor, torch.nn.Parameter)
 
@@ -120,6 +119,10 @@ def _encode(value, where: str, depth: int, budget: dict):
             data = _tensor_data(value)
         except NotPlainData as refused:
             raise NotPlainData(f"{where} is {refused}") from None
+        except Exception as error:  # a meta tensor, a tensor of a device this process cannot read...
+            raise NotPlainData(
+                f"{where} is a tensor that cannot be read ({type(error).__name__}: {error})"
+            ) from None
         budget["bytes"] += len(data[-1]) * 3 // 4
         if budget["bytes"] > MAX_BYTES:
             raise NotPlainData(f"{where} holds more than {MAX_BYTES // 2**20} MiB of tensor data")
@@ -127,11 +130,15 @@ def _encode(value, where: str, depth: int, budget: dict):
     scalar = _numpy_scalar(value)
     if scalar is not None:
         return scalar
-    raise NotPlainData(
-        f"{where} is a {kind.__module__}.{kind.__qualname__}"
-        if kind.__module__ != "builtins"
-        else f"{where} is a {kind.__qualname__} subclass or a {kind.__qualname__} the check cannot take"
-    )
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    base = next((b for b in (bool, int, float, str, bytes, list, tuple, dict) if isinstance(value, b)), None)
+    if base is None and "torch" in sys.modules and isinstance(value, sys.modules["torch"].Tensor):
+        base = sys.modules["torch"].Tensor
+    if base is not None:
+        raise NotPlainData(
+            f"{where} is a {name}, a subclass of {base.__name__} (a check takes a plain {base.__name__})"
+        )
+    raise NotPlainData(f"{where} is a {name}")
 
 
 def decode(data):

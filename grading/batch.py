@@ -165,7 +165,8 @@ def flag_copies(results: dict) -> None:
             others = [s for s in owners[(gid, digest)] if s != student]
             if others:
                 result.flags.append(
-                    f"{gid}: the same work as {', '.join(others[:5])} handed in (identical files)"
+                    f"{gid}: bit for bit the same work as {', '.join(others[:5])} (copied files, or the same "
+                    "code run with the same seeds)"
                 )
 
 
