@@ -134,11 +134,12 @@ def _encode(value, where: str, depth: int, budget: dict):
     base = next((b for b in (bool, int, float, str, bytes, list, tuple, dict) if isinstance(value, b)), None)
     if base is None and "torch" in sys.modules and isinstance(value, sys.modules["torch"].Tensor):
         base = sys.modules["torch"].Tensor
+    article = "an" if name[:1].lower() in "aeiou" else "a"
     if base is not None:
         raise NotPlainData(
-            f"{where} is a {name}, a subclass of {base.__name__} (a check takes a plain {base.__name__})"
+            f"{where} is {article} {name}, a subclass of {base.__name__} (a check takes a plain {base.__name__})"
         )
-    raise NotPlainData(f"{where} is a {name}")
+    raise NotPlainData(f"{where} is {article} {name}")
 
 
 def decode(data):
