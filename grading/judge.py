@@ -153,6 +153,10 @@ def judge_cell(cell: CellRequest, request: JudgeRequest) -> CellVerdict:
         text = f"the record of the check is malformed ({malformed})"
         return CellVerdict(cell.grade_id, False, text, ename="GradingError", flag=f"{cell.grade_id}: {text}")
     verdict = kit.judge(declared, transcript, len(call.args), [k for k, _ in call.kwargs])
+    if (
+        verdict.passed and cell.error
+    ):  # the check passed, but something else in its cell failed (a hidden test)
+        return CellVerdict(cell.grade_id, False, cell.error, ename="Error", kernel_error=True)
     if verdict.passed:
         line = f"✓ {declared.name}: {verdict.cases} case{'s' if verdict.cases != 1 else ''} passed"
         return CellVerdict(cell.grade_id, True, line, fingerprint=verdict.fingerprint)

@@ -2,18 +2,31 @@
 for credit — messy submissions, runaway code, and a class that tries to cheat.
 
 The fixture has three exercises (e1 square 4 points, e2 add 4, e3 gpu_ones 2: GPU only) and one written answer
-(w1, 2 points, graded by hand). One grading run (module fixture, --jobs 2) grades every student below; each test
-reads that student's CSV row. A cheat edits e2 to a WRONG answer (`a - b`) and then tries to earn its 4 points
-anyway: it must not, and where the evidence can be seen at run time the row is flagged.
+(w1, 2 points, graded by hand); under grading e2 also runs two cases drawn from the student's seed. One grading run
+(module fixture, --jobs 2) grades every student below; each test reads that student's CSV row. A cheat edits e2 to
+a WRONG answer (`a - b`) and then tries to earn its 4 points anyway: it must not. The kernel only collects what the
+learner's code returned and a judge outside it decides (grading/), so most cheats now simply fail the check; where
+the judge sees evidence (a check cell that showed no record, a record that does not match the check, two records)
+the row is flagged, and the tests assert the flag there only.
+
+Every attack on the old in-kernel sandbox is kept, and the families of attack on the new design each have one: an
+object that lies about its value, reading the check's state from inside the learner's function, patching the kit
+while the check runs, a forged transcript, code posing as library code, state of torch left behind (a torch function
+mode, new attributes), leaks from the environment (the seed, a subprocess, a thread) and /dev/shm.
 """
 
 from __future__ import annotations
 
 import csv
+import glob
+import hashlib
+import importlib.util
 import os
+import random
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -30,6 +43,8 @@ from nbgrader_pipeline import (
     write_notebook,
 )
 
+from grading import isolation
+from grading.batch import FIELD_CHARS, csv_text
 from memlab.hardware import unmet_requirements
 
 SLUG = "00-fixture"
@@ -42,10 +57,13 @@ GPU = AUTO["e3_gpu_ones_check"] if HAS_GPU else 0.0
 SOLVED = {"e1_square_check": 4.0, "e2_add_check": 4.0, "e3_gpu_ones_check": GPU}
 TIMEOUT = 6  # seconds per cell: the slowest cell of the fixture (import torch) takes ~2 s on 2 cores
 WRONG_ADD = ("return a + b", "return a - b")
+SHM_FILE = f"memlab-leak-{os.getpid()}"  # what one student leaves in /dev/shm and /tmp for the next
+#: a file name no text field should carry as it is: a lone surrogate (a byte that is not UTF-8), an escape sequence
+WEIRD_NAME = os.fsdecode(b"link\xff\x1b[2J\x07")
 
 #: a learner-made check kit that passes everything, shipped next to the notebook
 SHADOW_KIT = """
-def check(name):
+def check(name, **kwargs):
     return lambda fn: (lambda *args, **kwargs: None)
 
 def needs_hardware(**kwargs):
@@ -54,7 +72,7 @@ def needs_hardware(**kwargs):
 def _anything(*args, **kwargs):
     return None
 
-call = expect_callable = expect_close = expect_equal = expect_type = _anything
+call = expect_callable = expect_close = expect_equal = expect_type = drawn = drawn_cases = reference = _anything
 """
 SHADOW_FILES = {
     "autograders/__init__.py": "",
@@ -63,11 +81,58 @@ SHADOW_FILES = {
     "fixture_checks.py": "check_square = check_add = check_gpu_ones = lambda fn: None\n",
 }
 
+#: in the kernel: show a hand-made transcript of e2's check (what a check cell shows under grading)
+FORGE = """
+import fixture_checks
+from IPython.display import display
+from autograders import kit, wire
+
+def forged(records, check="e2_add"):
+    data = kit.Transcript(check, [kit.Record(label, value=wire.encode(v)) for label, v in records]).to_data()
+    display({kit.TRANSCRIPT_MIME: data, "text/plain": f"{check}: collected for grading"}, raw=True)
+
+# the right values of the public cases (the exercise says what add does; these are no secret)
+PUBLIC = [("`add` is written", None), ("add(2, 3)", 5), ("add(-1, 1)", 0), ("add(0.5, 0.25)", 0.75)]
+"""
+
+#: shipped in the student's folder at a path that looks like an installed package's: it drops the check's
+#: transcript from the display and prints a success line instead
+FAKE_LIBRARY = {
+    "lib/python3.11/site-packages/IPython/core/display_hooks.py": """
+import IPython.display
+
+_display = IPython.display.display
+
+def display(*objs, **kwargs):
+    if any(isinstance(o, dict) and any("memlab.transcript" in k for k in o) for o in objs):
+        print("✓ e2_add: 5 cases passed")
+        return None
+    return _display(*objs, **kwargs)
+
+IPython.display.display = display
+""",
+}
+
+
+def seed_one_table() -> dict:
+    """A hard-coded table of add's answers for the public cases and the cases seed 1 draws: what a learner could
+    write after reading the fixture's checks and running them with COURSE_GRADING_SEED=1 at home."""
+    spec = importlib.util.spec_from_file_location(
+        "fixture_checks_copy", FIXTURE_SOLUTIONS / SLUG / "fixture_checks.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = random.Random("1/e2_add")  # kit.grading_rng("e2_add") under COURSE_GRADING_SEED=1
+    drawn = [module._drawn_add_case(rng, i)[1:] for i in (1, 2)]
+    return {(a, b): a + b for a, b in [(2, 3), (-1, 1), (0.5, 0.25), *drawn]}
+
 
 def cheats(subs, out, course) -> dict[str, str]:
     """Code appended to the (wrong) e2 solution cell: each tries to earn e2's points without a right answer."""
     victim = subs / "solved" / SLUG / NOTEBOOK
+    kept_solutions = course / "course" / "solutions" / SLUG
     return {
+        # ---- the attacks on the old in-kernel sandbox (verdicts in the kernel, an audit hook, Landlock)
         "cheat_replace_check": "import fixture_checks\nfixture_checks.check_add = lambda fn: None\n",
         "cheat_plant_module": (
             "import sys, types\nfake = types.ModuleType('fixture_checks')\n"
@@ -90,7 +155,7 @@ def cheats(subs, out, course) -> dict[str, str]:
         ),
         "cheat_reload_kit": (
             "import autograders.kit as kit, importlib, fixture_checks\n"
-            "kit.check = lambda name: (lambda fn: (lambda *a, **kw: None))\n"
+            "kit.check = lambda name, **kw: (lambda fn: (lambda *a, **k: None))\n"
             "importlib.reload(fixture_checks)\n"
         ),
         "cheat_minus_one": "import fixture_checks\nfixture_checks.check_add = lambda fn: -1\n",
@@ -124,7 +189,194 @@ def cheats(subs, out, course) -> dict[str, str]:
             "    if pid != os.getpid():\n"
             "        try:\n            os.kill(pid, signal.SIGKILL)\n        except Exception:\n            pass\n"
         ),
+        # ---- 1. an object that lies: whatever a comparison asks, it says "equal"
+        "cheat_lying_float": (
+            "class Liar(float):\n"
+            "    __eq__ = __le__ = __ge__ = lambda self, other: True\n"
+            "    __ne__ = __lt__ = __gt__ = lambda self, other: False\n"
+            "    __sub__ = __rsub__ = __abs__ = lambda self, *other: Liar(0.0)\n"
+            "    __hash__ = float.__hash__\n"
+            "_wrong_add = add\n"
+            "def add(a, b):\n    return Liar(_wrong_add(a, b))\n"
+        ),
+        "cheat_lying_number": (
+            "import numbers\n"
+            "class Anything:\n"
+            "    def __float__(self):\n        return 5.0\n"
+            "    __eq__ = __le__ = __ge__ = lambda self, other: True\n"
+            "    __sub__ = __rsub__ = __abs__ = lambda self, *other: 0.0\n"
+            "    __hash__ = object.__hash__\n"
+            "numbers.Real.register(Anything)\n"
+            "def add(a, b):\n    return Anything()\n"
+        ),
+        "cheat_lying_tensor": (
+            "import torch\n"
+            "class LyingTensor(torch.Tensor):\n"
+            "    @classmethod\n"
+            "    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+            "        return True  # close, equal, finite: whatever is asked\n"
+            "def add(a, b):\n    return torch.tensor(float(a - b)).as_subclass(LyingTensor)\n"
+        ),
+        # ---- 2. reading the check's state from inside the learner's function: frames and the garbage collector
+        "cheat_read_state": (
+            "import gc, sys\n"
+            "def add(a, b):\n"
+            "    frame = sys._getframe(1)\n"
+            "    while frame is not None:\n"
+            "        for name in ('expected', 'want', 'answer', 'reference'):\n"
+            "            if type(frame.f_locals.get(name)) in (int, float):\n"
+            "                return frame.f_locals[name]\n"
+            "        frame = frame.f_back\n"
+            "    for obj in gc.get_objects():\n"
+            "        if type(obj) is dict and type(obj.get('expected')) in (int, float):\n"
+            "            return obj['expected']\n"
+            "    return a - b\n"
+        ),
+        # ---- 3. patching the kit while the check runs, restored right after
+        "cheat_patch_during_call": (
+            "import threading, autograders.kit as kit, fixture_checks\n"
+            "_saved = (kit.expect_close, fixture_checks.expect_close, kit.CheckFailed)\n"
+            "def _restore():\n"
+            "    kit.expect_close, fixture_checks.expect_close, kit.CheckFailed = _saved\n"
+            "_wrong_add = add\n"
+            "def add(a, b):\n"
+            "    fixture_checks.expect_close = kit.expect_close = lambda *args, **kwargs: None\n"
+            "    threading.Timer(1.0, _restore).start()\n"
+            "    return _wrong_add(a, b)\n"
+        ),
+        # ---- 4. a forged transcript: the public cases only, labels of drawn cases guessed, two records, another
+        # check's record (a transcript with the right values of *every* case would pass: it is a right answer)
+        "cheat_forge_public": FORGE + "fixture_checks.check_add = lambda fn: forged(PUBLIC)\n",
+        "cheat_forge_labels": FORGE
+        + (
+            "fixture_checks.check_add = lambda fn: forged(\n"
+            "    PUBLIC + [('drawn at grading time #1, add(1, 1)', 2), ('drawn at grading time #2, add(2, 2)', 4)])\n"
+        ),
+        "cheat_forge_twice": FORGE
+        + (
+            "_real_check = fixture_checks.check_add\n"
+            "def _twice(fn):\n    _real_check(fn)\n    forged(PUBLIC)\n"
+            "fixture_checks.check_add = _twice\n"
+        ),
+        "cheat_forge_other_check": FORGE
+        + (
+            "fixture_checks.check_add = lambda fn: forged(\n"
+            "    [('`square` is written', None), ('square(0)', 0), ('square(3)', 9), ('square(-2)', 4),\n"
+            "     ('square(1.5)', 2.25)], check='e1_square')\n"
+        ),
+        # ---- 5. code posing as library code (shipped at a site-packages path, named like IPython's own)
+        "cheat_fake_library": (
+            "import importlib.util\n"
+            "_path = 'lib/python3.11/site-packages/IPython/core/display_hooks.py'\n"
+            "_spec = importlib.util.spec_from_file_location('IPython.core.display_hooks', _path)\n"
+            "_spec.loader.exec_module(importlib.util.module_from_spec(_spec))\n"
+        ),
+        # ---- 6. state the old sandbox's watch list did not cover
+        "cheat_torch_function_mode": (
+            "import torch\n"
+            "from torch.overrides import TorchFunctionMode\n"
+            "class Agreeable(TorchFunctionMode):\n"
+            "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+            "        name = getattr(func, '__name__', '')\n"
+            "        if name in ('isclose', 'allclose', 'equal'):\n"
+            "            return True\n"
+            "        if name in ('sub', '__sub__', '__rsub__'):\n"
+            "            return torch.zeros(())\n"
+            "        return func(*args, **(kwargs or {}))\n"
+            "Agreeable().__enter__()  # never exited: every later cell runs under it\n"
+            "def add(a, b):\n    return float(torch.tensor(float(a)) - torch.tensor(float(b)))\n"
+        ),
+        "cheat_torch_attributes": (
+            "import torch\n"
+            "torch.Tensor.__float__ = lambda self: 5.0\n"
+            "torch.Tensor.__eq__ = lambda self, other: True\n"
+            "torch.Tensor.check_passed = True  # attributes torch never had\n"
+            "torch.nn.Module.graded = 'passed'\n"
+            "def add(a, b):\n    return torch.tensor(float(a - b))\n"
+        ),
+        # ---- 7. leaks from the environment: the seed, a subprocess, a thread, the grading mode
+        "cheat_seed_swap": (
+            "import os, importlib, autograders.kit as kit, fixture_checks\n"
+            "print('my seed:', os.environ['COURSE_GRADING_SEED'])\n"
+            "os.environ['COURSE_GRADING_SEED'] = '1'  # the seed whose drawn cases I know\n"
+            "importlib.reload(kit)\n"
+            f"_table = {seed_one_table()!r}\n"
+            "def add(a, b):\n    return _table.get((a, b), a - b)\n"
+        ),
+        "cheat_learner_mode": (
+            "import os, importlib, autograders.kit as kit, fixture_checks\n"
+            "os.environ['COURSE_GRADING'] = ''\n"
+            "importlib.reload(kit)  # learner mode: the check decides in this kernel...\n"
+            "fixture_checks.expect_close = lambda *a, **k: None  # ...and never fails\n"
+        ),
+        "cheat_subprocess_pythonpath": (
+            "import os, subprocess, sys\n"
+            "os.makedirs('evil/autograders', exist_ok=True)\n"
+            "open('evil/autograders/__init__.py', 'w').close()\n"
+            "open('evil/autograders/kit.py', 'w').write(\n"
+            "    'def check(*a, **k):\\n    return lambda fn: (lambda *a, **k: print(\"\\u2713 e2_add: 5 cases passed\"))\\n'\n"
+            "    'def _anything(*a, **k):\\n    return None\\n'\n"
+            "    'call = drawn = drawn_cases = expect_callable = expect_close = expect_equal = _anything\\n'\n"
+            "    'expect_type = needs_hardware = reference = _anything\\n')\n"
+            "# a helper process with the grader's repository first on its path: its grading references?\n"
+            f"probe_env = {{**os.environ, 'PYTHONPATH': '{ROOT}:' + os.environ.get('PYTHONPATH', '')}}\n"
+            "probe = subprocess.run([sys.executable, '-c', 'import autograders.references.lesson01'],\n"
+            "                       env=probe_env, capture_output=True, text=True)\n"
+            "print('the grader\\'s references:', probe.returncode, probe.stderr[-200:])\n"
+            "os.environ['PYTHONPATH'] = 'evil:' + os.environ.get('PYTHONPATH', '')  # every later process\n"
+            "for name in [m for m in sys.modules if m.split('.')[0] in ('autograders', 'fixture_checks')]:\n"
+            "    del sys.modules[name]\n"
+            "sys.path.insert(0, 'evil')  # the check cell's next import finds the planted kit\n"
+        ),
+        "cheat_thread": (
+            "import threading, time, autograders.kit as kit\n"
+            "def _meddle():\n"
+            "    while True:\n"
+            "        for run in list(kit._RUN):\n"
+            "            if run.records and run.records[0].label == '`add` is written':\n"
+            "                del run.records[1:]  # only 'add is written' left: nothing to fail\n"
+            "        time.sleep(0.0005)\n"
+            "threading.Thread(target=_meddle, daemon=True).start()\n"
+        ),
+        # ---- 8. /dev/shm and /tmp: left for the student graded next (shm_reader, a right answer, must not see it)
+        "cheat_shm_writer": (
+            "import subprocess\n"
+            f"for folder in ('/dev/shm', '/tmp'):\n    open(f'{{folder}}/{SHM_FILE}', 'w').write('add = a + b')\n"
+            "subprocess.Popen(['sh', '-c', 'for i in $(seq 300); do "
+            f"echo hi > /dev/shm/{SHM_FILE}; sleep 0.1; done'], start_new_session=True)\n"
+        ),
+        # ---- links the kernel makes in its folder: never copied into the kept course (--keep)
+        "cheat_symlink": (
+            "import os\n"
+            f"os.symlink({str(kept_solutions / NOTEBOOK)!r}, 'solution-link.ipynb')\n"
+            f"os.symlink({str(kept_solutions)!r}, 'solutions-link')\n"
+            "os.symlink('/etc/passwd', 'passwd-link')\n"
+        ),
+        # ---- texts no CSV field may carry as they are: a lone surrogate, control characters, 10 MB
+        "cheat_csv_breaker": FORGE
+        + (
+            "print('x' * 10_000_000)\n"
+            "_label = 'add(2, 3)\\udcff\\x1b[2J\\x00\\x07' + 'z' * 10_000_000\n"
+            "fixture_checks.check_add = lambda fn: forged([('`add` is written', None), (_label, 5)])\n"
+            "raise ValueError('\\udcff\\x1b[31m\\x00\\x07 ' + 'y' * 10_000)\n"
+        ),
     }
+
+
+#: a right answer to e2 that turns wrong when it finds what cheat_shm_writer left behind
+SHM_READER = f"""
+import os, time
+_seen = []
+for _ in range(30):
+    _seen = [f for f in ('/dev/shm/{SHM_FILE}', '/tmp/{SHM_FILE}') if os.path.exists(f)]
+    if _seen:
+        break
+    time.sleep(0.1)
+print('seen:', _seen)
+
+def add(a, b):
+    return a - b if _seen else a + b
+"""
 
 
 def _cell(nb, grade_id: str):
@@ -147,6 +399,17 @@ def _with_wrong_add(extra: str = ""):
     _edit(nb, "e2_add", *WRONG_ADD)
     _cell(nb, "e2_add").source += "\n" + extra
     return nb
+
+
+def _digest(folder: Path) -> str:
+    """tree_digest of `folder`, for file names that are not UTF-8 too (a submission may hold any bytes)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        stat = path.lstat()
+        digest.update(os.fsencode(path.relative_to(folder)) + f"|{stat.st_mode}|{stat.st_mtime_ns}|".encode())
+        if path.is_file() and not path.is_symlink():
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -190,13 +453,13 @@ def graded(tmp_path_factory):
     put("memory_bomb", memory_bomb)
 
     process_bomb = _solution()
-    # copies of the kernel, each asleep, forked by the kernel itself until a limit stops it: the kernel's own fork
-    # fails (RLIMIT_NPROC) or the sandbox's monitor counts more than 256 (root, where RLIMIT_NPROC does not bind).
-    # (A doubling bomb, os.fork() ten times, raced: the kernel could finish its ten forks before its children
-    # reached the limit, then sleep until the cell's timeout, leaving no evidence of the limit.)
+    # processes started by the kernel, each asleep, until a limit stops it: the kernel's own start of one fails
+    # (RLIMIT_NPROC) or the sandbox's watch counts more than 256 (root, where RLIMIT_NPROC does not bind).
+    # (Forked copies of the kernel, torch loaded, took 20 ms each: the cell's timeout came first. A doubling bomb,
+    # os.fork() ten times, raced: the kernel could finish its forks before its children reached the limit.)
     _cell(process_bomb, "e2_add").source = (
-        "import os, time\nfor _ in range(1024):\n    if os.fork() == 0:\n        time.sleep(60)\n"
-        "        os._exit(0)\ntime.sleep(60)\n" + _cell(process_bomb, "e2_add").source
+        "import subprocess, time\nfor _ in range(1024):\n    subprocess.Popen(['sleep', '60'])\ntime.sleep(60)\n"
+        + _cell(process_bomb, "e2_add").source
     )
     put("process_bomb", process_bomb)
 
@@ -250,8 +513,15 @@ def graded(tmp_path_factory):
     course = tmp / "course"
     for student, code in cheats(subs, out, course).items():
         put(student, _with_wrong_add(code))
+    for relative, text in FAKE_LIBRARY.items():
+        (subs / "cheat_fake_library" / SLUG / relative).parent.mkdir(parents=True, exist_ok=True)
+        (subs / "cheat_fake_library" / SLUG / relative).write_text(text)
+    (subs / "cheat_csv_breaker" / SLUG / WEIRD_NAME).symlink_to("/etc/hostname")
+    reader = _solution()
+    _cell(reader, "e2_add").source = SHM_READER
+    put("cheat_shm_reader", reader)  # graded after cheat_shm_writer (or beside it: --jobs 2), in order
 
-    before = tree_digest(subs)
+    before = _digest(subs)
     repo_before = source_digest()
     start = time.perf_counter()
     proc, rows = run_grade(
@@ -283,7 +553,7 @@ def graded(tmp_path_factory):
         "out": out,
         "course": course,
         "before": before,
-        "after": tree_digest(subs),
+        "after": _digest(subs),
         "repo_before": repo_before,
         "repo_after": source_digest(),
     }
@@ -291,13 +561,11 @@ def graded(tmp_path_factory):
 
 def source_digest() -> str:
     """The course's own sources that a submission could try to change: the kit and the fixture lesson."""
-    import hashlib
-
     digest = hashlib.sha256()
-    for folder in (ROOT / "autograders", FIXTURE_SOLUTIONS):
-        for path in sorted(folder.rglob("*")):
-            if path.suffix in (".py", ".ipynb") and "__pycache__" not in path.parts:
-                digest.update(str(path).encode() + path.read_bytes())
+    kit = [ROOT / "autograders" / name for name in ("__init__.py", "kit.py", "wire.py")]
+    for path in [*kit, *sorted(FIXTURE_SOLUTIONS.rglob("*"))]:
+        if path.suffix in (".py", ".ipynb") and "__pycache__" not in path.parts:
+            digest.update(str(path).encode() + path.read_bytes())
     return digest.hexdigest()
 
 
@@ -308,6 +576,12 @@ def scores(graded, student: str) -> dict[str, float]:
 
 def row(graded, student: str) -> dict:
     return row_for(graded["rows"], student, SLUG)
+
+
+def student_id(graded, student: str) -> str:
+    """nbgrader's id of `student` in the kept course (grading.batch.student_id)."""
+    (sid,) = [p.name for p in (graded["course"] / "course" / "submitted").iterdir() if p.name[6:] == student]
+    return sid
 
 
 pytestmark = pytest.mark.slow
@@ -370,7 +644,8 @@ def test_blank_gets_zero_with_reasons_and_no_answer_for_the_written_question(gra
     assert (
         "e3_gpu_ones_check: CheckFailed: e3_gpu_ones: `gpu_ones` is not written yet" in r["notes"]
     )  # on any machine
-    assert f"{MANUAL}: no answer written" in r["notes"]
+    assert f"{MANUAL}: no answer" in r["notes"]
+    assert r["flags"] == ""
 
 
 def test_names_with_spaces_unicode_and_a_leading_dot_are_graded(graded):
@@ -404,6 +679,9 @@ def test_replaced_test_cells_are_restored_from_the_source(graded):
 
 def test_an_infinite_loop_loses_only_its_exercise(graded):
     assert scores(graded, "looping") == {**SOLVED, "e1_square_check": 0.0}
+    notes = row(graded, "looping")["notes"]
+    assert "e1_square: KeyboardInterrupt" in notes  # interrupted, not stopped: the kernel went on
+    assert "was stopped" not in notes
 
 
 def test_a_loop_that_swallows_the_interrupt_loses_only_its_exercise(graded):
@@ -498,46 +776,73 @@ def test_a_notebook_with_its_cells_deleted_gets_notes(graded):
     notes = row(graded, "no_cells")["notes"]
     for grade_id in AUTO:
         assert f"{grade_id}: the check cell was missing and was put back" in notes
-    assert "e1_square: the cell is missing from the notebook" in notes
+    for grade_id in ("e1_square", "e2_add", "e3_gpu_ones"):  # as released: no answer, so nothing to earn
+        assert f"{grade_id}: the cell is missing from the notebook (put back as released: no answer)" in notes
+    assert "e1_square_check: CheckFailed: e1_square: `square` is not written yet" in notes
 
 
-# ---- cheating: no points, and the evidence in the flags --------------------------------------------------------
+# ---- cheating: no points, and the evidence in the flags where the judge has some -----------------------------------
 
+NO_RECORD = "the cell ran without an error, but showed no record of the check"
 
+#: cheats whose check cell showed something the honest check cannot show, with the judge's words for it
 CHEATS_FLAGGED = {
-    "cheat_replace_check": "never reported a pass for e2_add",
-    "cheat_patch_helper": "changed the grading kit",
-    "cheat_minus_one": "never reported a pass for e2_add",
-    "cheat_transformer": "never reported a pass for e2_add",
-    "cheat_reload_kit": "re-ran the grading kit's module fixture_checks.py",
-    "cheat_forge_pass": "without running it (sys.audit called by hand)",
-    "cheat_read_files": "tried to open",
-    "cheat_write_files": "tried to open",
-    "cheat_kill_grader": "sent a signal to a process",
-    "cheat_env_gpu": "re-ran the grading kit's module kit.py",
+    "cheat_replace_check": f"e2_add_check: {NO_RECORD} e2_add",
+    "cheat_plant_module": f"e2_add_check: {NO_RECORD} e2_add",
+    "cheat_transformer": f"e2_add_check: {NO_RECORD} e2_add",
+    "cheat_reload_kit": f"e2_add_check: {NO_RECORD} e2_add",
+    "cheat_minus_one": f"e2_add_check: {NO_RECORD} e2_add",
+    "cheat_forge_pass": f"e2_add_check: {NO_RECORD} e2_add",
+    "cheat_env_gpu": f"e3_gpu_ones_check: {NO_RECORD} e3_gpu_ones",
+    "cheat_forge_public": (
+        "e2_add_check: e2_add: the record of this check does not match it: "
+        "the record ends before the step 'drawn at grading time #1, add("
+    ),
+    "cheat_forge_labels": "was recorded as 'drawn at grading time #1, add(1, 1)'",
+    "cheat_forge_twice": "e2_add_check: the cell showed 2 records of its check (one run shows one)",
+    "cheat_forge_other_check": "e2_add_check: e2_add: the record is of another check ('e1_square')",
+    "cheat_fake_library": f"e2_add_check: {NO_RECORD} e2_add",
+    "cheat_seed_swap": "e2_add_check: e2_add: the record of this check does not match it: the step 'drawn at",
+    "cheat_learner_mode": f"e2_add_check: {NO_RECORD} e2_add",
+    "cheat_subprocess_pythonpath": f"e2_add_check: {NO_RECORD} e2_add",
+    "cheat_csv_breaker": "e2_add_check: e2_add: the record of this check does not match it: the step 'add(2, 3)'",
 }
 
+#: cheats that only change what happens in the kernel: the judge sees an honest record of a wrong answer
+CHEATS_UNFLAGGED = [
+    "cheat_patch_helper",
+    "cheat_patch_checkfailed",
+    "cheat_silence_errors",
+    "cheat_read_files",
+    "cheat_write_files",
+    "cheat_detached",
+    "cheat_kill_grader",
+    "cheat_lying_float",
+    "cheat_lying_number",
+    "cheat_lying_tensor",
+    "cheat_read_state",
+    "cheat_patch_during_call",
+    "cheat_torch_function_mode",
+    "cheat_torch_attributes",
+    "cheat_thread",  # flagged or not, depending on whether its thread won the race against the check
+    "cheat_shm_writer",
+    "cheat_symlink",
+]
 
-@pytest.mark.parametrize(
-    "student",
-    sorted(
-        [
-            *CHEATS_FLAGGED,
-            "cheat_plant_module",
-            "cheat_patch_checkfailed",
-            "cheat_detached",
-            "cheat_silence_errors",
-        ]
-    ),
-)
+
+@pytest.mark.parametrize("student", sorted([*CHEATS_FLAGGED, *CHEATS_UNFLAGGED]))
 def test_a_cheat_earns_nothing(graded, student):
     got = scores(graded, student)
-    if (
-        student == "cheat_env_gpu"
-    ):  # e3 was the target: right, but graded as unchecked wherever the env is patched
+    if student == "cheat_env_gpu":  # e3 was the target: right, but it showed no record of its check
         assert got == {**SOLVED, "e3_gpu_ones_check": 0.0}
     else:
         assert got["e2_add_check"] == 0.0, row(graded, student)["notes"]
+        assert got["e1_square_check"] == 4.0, row(graded, student)["notes"]  # the cheat costs only itself
+
+
+def test_every_cheat_is_graded(graded):
+    submitted = {p.name for p in graded["subs"].iterdir() if p.name.startswith("cheat_")}
+    assert submitted == {*CHEATS_FLAGGED, *CHEATS_UNFLAGGED, "cheat_shm_reader"}
 
 
 @pytest.mark.parametrize("student", sorted(CHEATS_FLAGGED))
@@ -546,9 +851,75 @@ def test_a_cheat_that_leaves_evidence_is_flagged_with_it(graded, student):
     assert CHEATS_FLAGGED[student] in flags, flags
 
 
+@pytest.mark.parametrize(
+    "student, note",
+    [
+        (
+            "cheat_lying_float",
+            "e2_add: case add(2, 3): what your code gave in case add(2, 3) is a __main__.Liar",
+        ),
+        (
+            "cheat_lying_number",
+            "e2_add: case add(2, 3): what your code gave in case add(2, 3) is a __main__.Anything",
+        ),
+        (
+            "cheat_lying_tensor",
+            "e2_add: case add(2, 3): what your code gave in case add(2, 3) is a __main__.LyingTensor",
+        ),
+        ("cheat_read_state", "e2_add: case add(2, 3): add(2, 3) is of the wrong sign: you got -1"),
+        ("cheat_patch_during_call", "e2_add: case add(2, 3): add(2, 3) is of the wrong sign: you got -1"),
+        ("cheat_torch_function_mode", "e2_add: case add(2, 3): add(2, 3) is zero where it should not be"),
+        ("cheat_torch_attributes", "e2_add: case add(2, 3): add(2, 3) should be a number; got a Tensor"),
+    ],
+)
+def test_a_lie_or_a_patch_in_the_kernel_changes_nothing_the_judge_decides(graded, student, note):
+    """The judge sees only plain data of what the learner's code returned and compares it itself."""
+    assert f"e2_add_check: CheckFailed: {note}" in row(graded, student)["notes"]
+
+
+def test_a_transcript_forged_with_every_right_value_is_a_right_answer():
+    """What the design cannot tell apart, said plainly: the judge grades what the transcript says the learner's code
+    returned. A forged transcript that passes has the right value of every case, drawn ones included (their labels
+    come from the student's seed, which the kernel knows): it takes computing add, the exercise itself."""
+    from autograders import kit, wire
+
+    spec = importlib.util.spec_from_file_location(
+        "fixture_checks_forged", FIXTURE_SOLUTIONS / SLUG / "fixture_checks.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    declared = module.check_add.check
+    records = [kit.Record("`add` is written", value=wire.encode(None))]
+    for a, b in [(2, 3), (-1, 1), (0.5, 0.25)]:
+        records.append(kit.Record(f"add({a}, {b})", value=wire.encode(a + b)))
+    rng = random.Random("7/e2_add")
+    for i in (1, 2):
+        label, a, b = module._drawn_add_case(rng, i)
+        records.append(kit.Record(label, value=wire.encode(a + b)))
+    saved = kit._SEED
+    kit._SEED = 7
+    try:
+        assert kit.judge(declared, kit.Transcript("e2_add", records)).passed
+        assert not kit.judge(declared, kit.Transcript("e2_add", records[:4])).passed  # the public cases only
+    finally:
+        kit._SEED = saved
+
+
+def test_the_kernel_could_not_read_the_grader_s_references(graded):
+    """cheat_subprocess_pythonpath put the repository on a subprocess's PYTHONPATH: it is not in the sandbox."""
+    sid = student_id(graded, "cheat_subprocess_pythonpath")
+    nb = nbformat.read(graded["course"] / "course" / "autograded" / sid / SLUG / NOTEBOOK, as_version=4)
+    text = "".join(o.get("text", "") for o in _cell(nb, "e2_add").outputs if o.output_type == "stream")
+    assert "the grader's references: 1" in text and "ModuleNotFoundError" in text
+
+
 def test_static_review_notes_what_the_code_reaches_for(graded):
     assert "review: e2_add: touches sys.modules" in row(graded, "cheat_plant_module")["notes"]
     assert "review: e2_add: changes how IPython shows errors" in row(graded, "cheat_silence_errors")["notes"]
+    notes = row(graded, "cheat_read_state")["notes"]
+    assert "review: e2_add: reads call-stack frames" in notes
+    assert "review: e2_add: searches the garbage collector" in notes
+    assert "review: e2_add: reads or changes the grading mode" in row(graded, "cheat_seed_swap")["notes"]
     assert "review:" not in row(graded, "solved")["notes"]
 
 
@@ -567,6 +938,49 @@ def test_a_detached_process_cannot_rewrite_the_csv(graded):
 def test_killing_everything_in_sight_does_not_stop_the_batch(graded):
     assert scores(graded, "cheat_kill_grader")["e1_square_check"] == 4.0
     assert len(graded["rows"]) == len(list(graded["subs"].iterdir()))
+
+
+def test_dev_shm_and_tmp_are_not_shared_between_students(graded):
+    """cheat_shm_writer left a file in /dev/shm and /tmp (and kept writing it from a detached process): the
+    student graded next, whose add turns wrong when it sees that file, got every point, and the file is nowhere."""
+    assert scores(graded, "cheat_shm_reader") == SOLVED
+    assert row(graded, "cheat_shm_reader")["flags"] == ""
+    time.sleep(0.5)
+    assert glob.glob(f"/dev/shm/{SHM_FILE}*") == [] and glob.glob(f"/tmp/{SHM_FILE}*") == []
+
+
+def test_links_the_kernel_made_are_not_copied_into_the_kept_course(graded):
+    sid = student_id(graded, "cheat_symlink")
+    links = ("solution-link.ipynb", "solutions-link", "passwd-link")
+    worker_folder = graded["course"] / "work" / f"{sid}-{SLUG}" / "course" / "autograded" / sid / SLUG
+    assert all(os.path.islink(worker_folder / name) for name in links)  # the kernel made them
+    for stage in ("submitted", "autograded"):
+        kept = graded["course"] / "course" / stage / sid / SLUG
+        assert kept.is_dir()
+        assert not [name for name in links if os.path.lexists(kept / name)]
+        assert not [p for p in kept.rglob("*") if p.is_symlink()]
+
+
+def test_texts_a_submission_controls_are_escaped_and_cut_in_the_csv(graded):
+    """cheat_csv_breaker printed 10 MB, raised an error holding a lone surrogate and control characters, showed a
+    forged record with a 10 MB label full of them, and handed in a link whose name is not UTF-8: its row is there,
+    every field printable and at most FIELD_CHARS long, and the CSV is UTF-8 (run_grade read it strictly)."""
+    r = row(graded, "cheat_csv_breaker")
+    assert scores(graded, "cheat_csv_breaker") == {**SOLVED, "e2_add_check": 0.0}
+    for field in ("flags", "notes"):
+        assert 0 < len(r[field]) <= FIELD_CHARS
+        assert all(ch.isprintable() for ch in r[field]), r[field][:500]
+    assert "ignored symbolic link(s): link\\udcff\\x1b[2J\\x07" in r["notes"]
+    assert "e2_add: ValueError:" in r["notes"]
+    text = graded["out"].read_bytes().decode("utf-8")
+    assert len(text) < 100 * FIELD_CHARS * len(graded["rows"])
+
+
+def test_csv_text_escapes_and_cuts():
+    assert csv_text("a\udcff\x1b[2J\x00\x07\tb") == "a\\udcff\\x1b[2J\\x00\\x07\\tb"
+    assert csv_text("é ✓ ok") == "é ✓ ok"
+    long = csv_text("z" * 10_000_000)
+    assert len(long) <= FIELD_CHARS and long.endswith("(10,000,000 chars)")
 
 
 def test_learner_version_of_the_fixture_is_stripped():
@@ -633,22 +1047,43 @@ def test_bad_arguments_are_refused_with_one_line(tmp_path, make_args, message):
     assert tree_digest(tmp_path / "subs") == before
 
 
-def test_without_landlock_grading_refuses_unless_told(tmp_path, monkeypatch):
-    import grade
-
+def test_without_bubblewrap_grading_refuses_unless_told(tmp_path):
+    """With no `bwrap` on PATH, grade.py stops with one line before grading anything; --no-isolation grades (never
+    for credit: the submission then runs as the grader)."""
+    bin_dir = tmp_path / "bin"  # this Python and nothing else: no bwrap
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
     write_notebook(_solution(), tmp_path / "subs" / "ada" / SLUG, NOTEBOOK)
-    monkeypatch.setattr(grade, "isolation_problem", lambda: "this Linux kernel has no Landlock")
-    with pytest.raises(SystemExit) as info:
-        grade.main(
-            [str(tmp_path / "subs"), "--out", str(tmp_path / "g.csv"), "--solutions", str(FIXTURE_SOLUTIONS)]
-        )
-    assert info.value.code == 2
-    assert not (tmp_path / "g.csv").exists()
+    env = {**os.environ, "PATH": str(bin_dir)}
+    command = [
+        sys.executable,
+        str(SCRIPTS / "grade.py"),
+        str(tmp_path / "subs"),
+        "--solutions",
+        str(FIXTURE_SOLUTIONS),
+    ]
+    proc = subprocess.run(
+        [*command, "--out", str(tmp_path / "g.csv")], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "grading needs `bwrap`" in proc.stderr and "--no-isolation" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "g.csv").exists()
+
+    out = tmp_path / "unisolated.csv"
+    proc = subprocess.run(
+        [*command, "--out", str(out), "--no-isolation", "--seed", "3", "--timeout", "20"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(out, newline="", encoding="utf-8") as fh:
+        (ada,) = list(csv.DictReader(fh))
+    assert {g: float(ada[g]) for g in AUTO} == SOLVED
 
 
 def test_the_sandbox_is_available_here():
-    """CI runs on Linux with Landlock: the isolation the tests above rely on is real here, not skipped."""
-    import grade
-
-    assert grade.isolation_problem() is None
+    """CI runs on Linux with bubblewrap: the isolation the tests above rely on is real here, not skipped."""
+    assert isolation.unavailable() is None
     assert os.path.exists("/proc/self/ns/pid")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 
-from autograders.references import announce
-
 
 def limits(exponent_bits: int, mantissa_bits: int, nan_encoding: str = "ieee") -> dict[str, float]:
     """Largest finite, smallest normal, smallest subnormal and machine epsilon of a binary float format.
@@ -14,7 +12,6 @@ def limits(exponent_bits: int, mantissa_bits: int, nan_encoding: str = "ieee") -
     "ieee" keeps the all-ones exponent for inf/NaN, "fn" (E4M3FN) uses it for numbers and keeps only the all-ones
     mantissa there for NaN.
     """
-    announce("lesson02.limits")
     e, m = exponent_bits, mantissa_bits
     bias = 2 ** (e - 1) - 1
     if nan_encoding == "fn":
@@ -33,7 +30,6 @@ def ulp(x: float, name: str) -> float:
     """The gap between the two numbers of the format on either side of x: for a number of the format, the gap to
     its neighbour one bit pattern further from zero (toward zero at the largest finite). x need not be a number of
     the format, but |x| is at most its largest finite value."""
-    announce("lesson02.ulp")
     from autograders.lesson02 import torch_decode
     from memlab.formats import FORMATS, to_bits
 

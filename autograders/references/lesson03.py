@@ -7,13 +7,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from autograders.references import announce
 from memlab.measure import track_memory
 
 
 def underflow_fraction(grads, scale: float, dtype: torch.dtype) -> float:
     """Of the nonzero elements, the fraction whose `(g * scale).to(dtype)` is exactly zero: torch's own cast."""
-    announce("lesson03.underflow_fraction")
     lost = total = 0
     for g in grads:
         if g is None:
@@ -33,7 +31,6 @@ def measure_amp_step(model, batch, optimizer, dtype: torch.dtype | None, steps: 
     overhead in the timing); on the CPU the storage tracker measures the peak. tests/gpu measures bf16 against fp32
     with it.
     """
-    announce("lesson03.measure_amp_step")
     device = next(model.parameters()).device
     x, y = batch
 

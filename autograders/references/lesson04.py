@@ -8,8 +8,6 @@ import time
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from autograders.references import announce
-
 
 def llama_layer_saved_bytes(config, batch: int, seq: int, bytes_per_value: int) -> int:
     """Exercise 4.1: the bytes one eager-attention Llama decoder layer saves for backward (HF's modeling_llama).
@@ -24,7 +22,6 @@ def llama_layer_saved_bytes(config, batch: int, seq: int, bytes_per_value: int) 
       down_proj reads (4 * p*b*s*I).
     Rotary cos/sin and the mask are shared by every layer and not counted; the residual adds save nothing.
     """
-    announce("lesson04.llama_layer_saved_bytes")
     b, s, h, p = batch, seq, config.hidden_size, bytes_per_value
     a = config.num_attention_heads
     d = getattr(config, "head_dim", None) or h // a
@@ -42,7 +39,6 @@ def plan_table(blocks, x) -> dict[tuple[int, ...], tuple[int, int]]:
     """{plan (sorted tuple of block indices): (measured peak bytes, recomputed FLOPs)} for every subset of blocks."""
     from autograders.lesson04 import block_flops, measure_plan
 
-    announce("lesson04.plan_table")
     flops = block_flops(blocks, x)
     n = len(blocks)
     table = {}
@@ -63,7 +59,6 @@ def plan_checkpointing(blocks, x, budget_bytes: int):
     """Exercise 4.2: the plan with the fewest recomputed FLOPs whose measured peak fits (None if none fits)."""
     from autograders.lesson04 import block_flops, measure_plan
 
-    announce("lesson04.plan_checkpointing")
     flops = block_flops(blocks, x)
     plans = [list(p) for k in range(len(blocks) + 1) for p in itertools.combinations(range(len(blocks)), k)]
     plans.sort(key=lambda plan: (sum(flops[i] for i in plan), len(plan)))
@@ -95,7 +90,6 @@ def measure_checkpointed_stack(
     Peak over the timed steps with track_memory (the caching allocator on CUDA, the storage tracker on the CPU)."""
     from memlab.measure import track_memory
 
-    announce("lesson04.measure_checkpointed_stack")
     device = hidden.device
 
     def sync():

@@ -10,14 +10,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from autograders.references import announce
-
 
 def train_step_accumulated(model, optimizer, micro_batches) -> float:
     """One optimizer step over all `micro_batches` of a causal LM, the loss averaged over every target token of the
     step: each micro-batch's summed token loss (`num_items_in_batch`, Hugging Face's own switch from mean to
     sum / count) divided by the step's count of shifted labels, backward per micro-batch, one step, zero_grad."""
-    announce("lesson05.train_step_accumulated")
     n_targets = sum(int((mb["labels"][:, 1:] != -100).sum()) for mb in micro_batches)
     total = 0.0
     for mb in micro_batches:
@@ -34,7 +31,6 @@ def train_step_accumulated(model, optimizer, micro_batches) -> float:
 def seq_cls_loss(outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
     """A Trainer `compute_loss_func` for sequence classification: summed cross-entropy / num_items_in_batch (the
     labelled examples of the whole accumulated step), the plain mean when Trainer passes no count."""
-    announce("lesson05.seq_cls_loss")
     logits = outputs["logits"]
     if num_items_in_batch is None:
         return F.cross_entropy(logits, labels)

@@ -13,14 +13,12 @@ import time
 
 import torch
 
-from autograders.references import announce
 from memlab.measure import CATEGORIES
 
 
 def time_step(fn, warmup: int = 2, repeats: int = 5, sync=None) -> tuple[float, float]:
     """Mean and sample standard deviation of `repeats` calls of `fn` after `warmup` calls, the device synchronised
     before the clock starts and before it stops (default: torch.cuda.synchronize when CUDA is available)."""
-    announce("lesson06.time_step")
     if sync is None:
         sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     for _ in range(warmup):
@@ -38,7 +36,6 @@ def time_step(fn, warmup: int = 2, repeats: int = 5, sync=None) -> tuple[float, 
 def find_peak(events: list[dict]) -> dict:
     """Replay an event log of memlab's tracker: the first event at which live bytes are highest, its operator, the
     first mark after it and the live bytes by category there."""
-    announce("lesson06.find_peak")
     live, by_category, sizes = 0, dict.fromkeys(CATEGORIES, 0), {}
     best = None
     for i, event in enumerate(events):
@@ -62,7 +59,6 @@ def find_peak(events: list[dict]) -> dict:
 def largest_micro_batch(step, max_batch: int) -> int:
     """Bisection for the largest micro-batch in 1..max_batch whose `step` runs; 0 if none does. Only
     torch.OutOfMemoryError means "too big"; after one, the failed step's memory is given back."""
-    announce("lesson06.largest_micro_batch")
     low, high = 0, max_batch  # low fits (0 trivially), everything above high is unknown or does not fit
     while low < high:
         mid = (low + high + 1) // 2
@@ -84,7 +80,6 @@ def largest_micro_batch(step, max_batch: int) -> int:
 def measure_trainer(trainer, warmup: int = 3) -> dict:
     """`trainer.train()` on a CUDA GPU: the allocator's peak over that call only, and the mean of the synchronised
     optimizer steps after `warmup`, timed by a callback placed first."""
-    announce("lesson06.measure_trainer")
     from autograders.lesson06 import _step_timer
 
     clock = _step_timer()

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from autograders.references import announce
-
 FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
 
 
@@ -29,7 +27,6 @@ class DelayedScaler:
     def __init__(
         self, fmt: str, amax_history_len: int = 1024, amax_compute_algo: str = "max", margin: int = 0
     ):
-        announce("lesson07.DelayedScaler")
         self.fp8_max = FP8_MAX[fmt]
         self.algo, self.margin = amax_compute_algo, margin
         self.history = torch.zeros(amax_history_len, dtype=torch.float32)
@@ -54,7 +51,6 @@ class DelayedScaler:
 
 def quantize_fp8(x: torch.Tensor, fmt: str):
     """Current (just-in-time) per-tensor scaling, saturating: (x_fp8, scale)."""
-    announce("lesson07.quantize_fp8")
     dtype = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt]
     fp8_max = FP8_MAX[fmt]
     x = x.float()
@@ -67,14 +63,12 @@ def quantize_fp8(x: torch.Tensor, fmt: str):
 
 
 def dequantize_fp8(x_fp8: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    announce("lesson07.dequantize_fp8")
     return x_fp8.float() / scale
 
 
 def quantize_mxfp8(x: torch.Tensor, block: int = 32):
     """MXFP8 as Transformer Engine casts it: per 32 values along the last dimension, the exponent
     e = ceil(log2(amax / 448)) (-127 for a zero block), elements x / 2^e in E4M3."""
-    announce("lesson07.quantize_mxfp8")
     blocks = x.float().reshape(*x.shape[:-1], x.shape[-1] // block, block)
     amax = blocks.abs().amax(-1)
     e = torch.ceil(torch.log2(amax / 448.0))
@@ -85,7 +79,6 @@ def quantize_mxfp8(x: torch.Tensor, block: int = 32):
 
 def fp8_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b as one FP8 GEMM: both operands in E4M3 with current per-tensor scales, torch._scaled_mm, bf16 out."""
-    announce("lesson07.fp8_matmul")
     qa, sa = quantize_fp8(a, "e4m3")
     qb, sb = quantize_fp8(b.t().contiguous(), "e4m3")  # _scaled_mm wants its second operand column-major
     one = torch.ones((), device=a.device)

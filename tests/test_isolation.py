@@ -1,0 +1,530 @@
+"""grading/isolation.py: what a process started through `Sandbox.command` can and cannot do.
+
+Each test runs a small Python program in a sandbox as the grader does (`Sandbox.command(argv)` with
+`Sandbox.env()`, a copy of the kit without its references, the test's own folder as the submission's folder) and
+reads what it printed; a few start a real Jupyter kernel through grading.autograde.sandboxed_kernel_manager. CI
+installs bubblewrap: grading cannot be tested without it, so nothing here is skipped when it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograders import wire
+from autograders.kit import TRANSCRIPT_MIME
+from grading import isolation
+from grading.autograde import prepare_kit, sandboxed_kernel_manager
+from grading.batch import kernel_threads
+
+ROOT = Path(__file__).resolve().parents[1]
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def kit_dir(tmp_path_factory) -> str:
+    return str(prepare_kit(tmp_path_factory.mktemp("kit")))
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    folder = tmp_path / "student"
+    folder.mkdir()
+    (folder / "mine.txt").write_text("my own file")
+    (tmp_path / "other-student").mkdir()
+    (tmp_path / "other-student" / "answers.txt").write_text("42")
+    return folder
+
+
+def sandbox(kit_dir: str, workdir: Path, **settings) -> isolation.Sandbox:
+    return isolation.Sandbox(kit_dir=kit_dir, workdir=str(workdir), **settings)
+
+
+#: a helper defined in every program run by `run_python`: what happens when `f` runs ("ok: <its value>" or the error's name)
+ATTEMPT = """
+import json, os
+def attempt(f):
+    try:
+        return f"ok: {f()}"
+    except Exception as error:
+        return type(error).__name__
+"""
+
+
+def run_python(box: isolation.Sandbox, code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`code` (after ATTEMPT) run by this Python inside `box`, as the grader starts a process there."""
+    return subprocess.run(
+        box.command([sys.executable, "-c", ATTEMPT + textwrap.dedent(code)]),
+        env=box.env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def printed(proc: subprocess.CompletedProcess):
+    """The JSON value a sandboxed program printed last."""
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_isolation_is_available_here():
+    """CI runs on Linux with bubblewrap: the isolation every grading test relies on is real here."""
+    assert isolation.unavailable() is None
+    assert os.path.exists("/proc/self/ns/pid")
+
+
+def test_the_submissions_folder_is_readable_and_writable(kit_dir, workdir):
+    proc = run_python(
+        sandbox(kit_dir, workdir),
+        """
+        print(json.dumps({
+            "cwd": os.getcwd(),
+            "read": attempt(lambda: open("mine.txt").read()),
+            "write": attempt(lambda: open("written.txt", "w").write("from the sandbox")),
+            "tmp": attempt(lambda: open("/tmp/scratch", "w").write("x")),
+        }))
+        """,
+    )
+    assert printed(proc) == {
+        "cwd": str(workdir),
+        "read": "ok: my own file",
+        "write": "ok: 16",
+        "tmp": "ok: 1",
+    }
+    assert (workdir / "written.txt").read_text() == "from the sandbox"
+
+
+def test_the_repository_and_other_folders_do_not_exist_inside(kit_dir, workdir):
+    secret = workdir.parent / "other-student" / "answers.txt"
+    proc = run_python(
+        sandbox(kit_dir, workdir),
+        f"""
+        paths = {[str(ROOT / "solutions"), str(ROOT / "README.md"), str(ROOT / "autograders"), str(secret)]!r}
+        print(json.dumps({{
+            "exist": [p for p in paths if os.path.exists(p)],
+            "secret": attempt(lambda: open({str(secret)!r}).read()),
+            "references": attempt(lambda: __import__("autograders.references.lesson01")),
+            "kit": attempt(lambda: __import__("autograders.kit").kit.__file__.startswith({kit_dir!r})),
+        }}))
+        """,
+    )
+    assert printed(proc) == {
+        "exist": [],
+        "secret": "FileNotFoundError",
+        "references": "ModuleNotFoundError",  # the kit a sandbox imports has no grading references
+        "kit": "ok: True",
+    }
+
+
+def test_nothing_outside_the_submissions_folder_and_tmp_is_writable(kit_dir, workdir):
+    targets = {
+        "kit": os.path.join(kit_dir, "autograders", "kit.py"),
+        "python": os.path.join(sys.prefix, "tampered.txt"),
+        "system": "/usr/tampered.txt",
+        "etc": "/etc/tampered.txt",
+    }
+    kit_before = Path(targets["kit"]).read_bytes()
+    proc = run_python(
+        sandbox(kit_dir, workdir),
+        f"""
+        targets = {targets!r}
+        print(json.dumps({{name: attempt(lambda p=p: open(p, "a").write("x")) for name, p in targets.items()}}))
+        """,
+    )
+    assert printed(proc) == dict.fromkeys(targets, "OSError")  # a read-only file system
+    assert Path(targets["kit"]).read_bytes() == kit_before
+    assert not any(os.path.exists(targets[k]) for k in ("python", "system", "etc"))
+
+
+def test_tmp_and_dev_shm_are_private_and_empty(kit_dir, workdir, tmp_path):
+    name = f"memlab-test-{uuid.uuid4().hex}"
+    outside_tmp = Path("/tmp") / name
+    outside_tmp.write_text("the grader's own file")
+    try:
+        write = """
+        import json, os, sys
+        name = sys.argv[1]
+        seen = {"tmp": os.listdir("/tmp"), "shm": os.listdir("/dev/shm")}
+        for folder in ("/tmp", "/dev/shm"):
+            with open(os.path.join(folder, name), "w") as fh:
+                fh.write("left by a submission")
+        print(json.dumps(seen))
+        """
+        box = sandbox(kit_dir, workdir)
+        argv = [sys.executable, "-c", textwrap.dedent(write), name]
+        for _ in range(2):  # the second sandbox sees nothing the first one wrote
+            proc = subprocess.run(
+                box.command(argv), env=box.env(), capture_output=True, text=True, timeout=120
+            )
+            seen = printed(proc)
+            assert name not in seen["tmp"] and name not in seen["shm"]
+            assert seen["shm"] == []
+            # the sandbox's HOME, and the folders that lead to the kit and to the submission's folder
+            assert set(seen["tmp"]) <= {
+                "home",
+                *(Path(p).parts[2] for p in (kit_dir, workdir) if str(p).startswith("/tmp/")),
+            }
+        assert not os.path.exists(f"/dev/shm/{name}")
+        assert outside_tmp.read_text() == "the grader's own file"
+    finally:
+        outside_tmp.unlink()
+
+
+def test_there_is_no_network(kit_dir, workdir):
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.1)
+    port = server.getsockname()[1]
+    try:
+        proc = run_python(
+            sandbox(kit_dir, workdir),
+            f"""
+            import socket
+            def connect(host):
+                with socket.create_connection((host, {port}), timeout=5):
+                    return "connected"
+            print(json.dumps({{"loopback": attempt(lambda: connect("127.0.0.1")),
+                               "outside": attempt(lambda: connect("1.1.1.1"))}}))
+            """,
+        )
+        result = printed(proc)
+        with pytest.raises(TimeoutError):
+            server.accept()  # nobody came
+    finally:
+        server.close()
+    assert result["loopback"] == "ConnectionRefusedError"  # its own loopback, where nothing listens
+    assert not result["outside"].startswith("ok")
+
+
+def _running(marker: str) -> list[int]:
+    """The processes of this machine whose command line holds `marker`."""
+    found = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_processes_started_inside_die_with_the_sandbox(kit_dir, workdir):
+    seconds = f"{30 + uuid.uuid4().int % 1000 / 1000:.3f}"  # a sleep of a duration no one else uses
+    marker = workdir / "still-alive"
+    proc = run_python(
+        sandbox(kit_dir, workdir),
+        f"""
+        import subprocess, time
+        subprocess.Popen(["sh", "-c", "sleep {seconds}; touch {marker}"], start_new_session=True)
+        subprocess.Popen(["sleep", "{seconds}"], start_new_session=True, stdout=subprocess.DEVNULL)
+        time.sleep(0.5)
+        print("detached")
+        """,
+    )
+    assert proc.returncode == 0 and "detached" in proc.stdout, proc.stderr
+    deadline = time.monotonic() + 5
+    while _running(f"sleep{chr(0)}{seconds}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _running(f"sleep{chr(0)}{seconds}") == []
+    assert not marker.exists()
+
+
+def _watched(box: isolation.Sandbox, code: str, timeout: float = 60) -> tuple[isolation.Watch, str]:
+    """Run `code` in `box` under a Watch, as the grader runs a kernel; (the watch, what the program printed)."""
+    proc = subprocess.Popen(
+        box.command([sys.executable, "-c", textwrap.dedent(code)]),
+        env=box.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    watch = isolation.Watch(proc.pid, box.limits)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        watch.stop()
+        isolation.kill_tree(proc.pid)
+        proc.wait()
+    return watch, out
+
+
+def test_one_large_allocation_is_a_memory_error(kit_dir, workdir):
+    box = sandbox(kit_dir, workdir, limits=isolation.Limits(memory_bytes=300 * MiB))
+    proc = run_python(
+        box,
+        "print(json.dumps({'big': attempt(lambda: len(bytearray(600 * 2**20))), 'small': 1}))",
+    )
+    assert printed(proc) == {"big": "MemoryError", "small": 1}  # prlimit's data limit; the program goes on
+
+
+def test_a_memory_bomb_spread_over_processes_is_stopped(kit_dir, workdir):
+    """Each child stays under the per-process limit; together they pass it, and the watch kills them all."""
+    box = sandbox(kit_dir, workdir, limits=isolation.Limits(memory_bytes=300 * MiB))
+    start = time.monotonic()
+    watch, out = _watched(
+        box,
+        """
+        import os, time
+        for _ in range(6):
+            if os.fork() == 0:
+                hog = b"x" * (100 * 2**20)  # written: resident, private
+                time.sleep(60)
+                os._exit(0)
+        print("forked", flush=True)
+        time.sleep(60)
+        """,
+    )
+    assert watch.reason is not None and "the memory limit" in watch.reason, out
+    assert "0.3 GiB" in watch.reason
+    assert time.monotonic() - start < 30  # stopped, not run to its end
+
+
+def test_a_process_bomb_is_stopped(kit_dir, workdir):
+    box = sandbox(kit_dir, workdir, limits=isolation.Limits(processes=20))
+    watch, out = _watched(
+        box,
+        """
+        import os, time
+        for _ in range(200):
+            try:
+                if os.fork() == 0:
+                    time.sleep(60)
+                    os._exit(0)
+            except BlockingIOError:
+                print("BlockingIOError", flush=True)  # RLIMIT_NPROC, where the grader is not root
+                break
+        time.sleep(60)
+        """,
+    )
+    # as root RLIMIT_NPROC does not bind: the watch counts the processes
+    assert (watch.reason is not None and "the process limit" in watch.reason) or "BlockingIOError" in out
+    if os.geteuid() == 0:
+        assert watch.reason == "it started more than 20 processes (the process limit)"
+
+
+def test_each_kernel_gets_its_share_of_the_cpus(kit_dir, workdir, monkeypatch):
+    """grade.py --jobs N splits the CPUs between the N kernels (torch would start one thread per core in each)."""
+    cpus = len(os.sched_getaffinity(0))
+    assert kernel_threads(1) == cpus
+    assert kernel_threads(2) == max(1, cpus // 2)
+    assert kernel_threads(4 * cpus) == 1
+    assert isolation.THREAD_VARIABLES == ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    for variable in isolation.THREAD_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    code = "import os, torch; print(torch.get_num_threads(), os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])"
+    proc = run_python(sandbox(kit_dir, workdir, threads=1), code)
+    assert (proc.stdout.split(), proc.returncode) == (["1", "1", "1"], 0), proc.stderr
+    proc = run_python(sandbox(kit_dir, workdir), "import os; print('OMP_NUM_THREADS' in os.environ)")
+    assert proc.stdout.split() == ["False"]  # no share: torch's own default
+
+
+def test_the_instructors_thread_setting_wins(kit_dir, workdir, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    proc = run_python(sandbox(kit_dir, workdir, threads=1), "import torch; print(torch.get_num_threads())")
+    assert (proc.stdout.split(), proc.returncode) == (["2"], 0), proc.stderr
+
+
+def test_the_environment_is_the_sandboxes_own(kit_dir, workdir, monkeypatch):
+    monkeypatch.setenv("MEMLAB_TEST_SECRET", "the grader's")
+    box = sandbox(kit_dir, workdir, environment=(("COURSE_GRADING", "collect"), ("COURSE_GRADING_SEED", "5")))
+    proc = run_python(
+        box,
+        "import json, os; from autograders import kit\n"
+        "print(json.dumps([os.environ.get('MEMLAB_TEST_SECRET'), kit._MODE, kit.grading_seed(), os.environ['HOME']]))",
+    )
+    assert printed(proc) == [None, "collect", 5, "/tmp/home"]
+
+
+def test_a_distributed_job_runs_inside_the_sandbox(kit_dir, workdir):
+    """Lesson 05 starts 2 gloo processes with torchrun from the notebook (memlab.distributed): in a sandbox they
+    must start, find memlab in the kit, rendezvous over the sandbox's own loopback and write into its /tmp."""
+    proc = run_python(
+        sandbox(kit_dir, workdir),
+        """
+        from memlab.distributed import launch
+        r = launch({'zero_memory': dict(widths=[8, 6, 4], strategies=['ddp', 'fsdp2'])})
+        print(len(r['zero_memory']), r['zero_memory'][1]['strategies']['fsdp2']['after_step']['parameters'])
+        """,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # FSDP2: rank 1's half (rows padded) of each tensor
+    assert proc.stdout.split()[-2:] == ["2", str(4 * (3 * 8 + 3 + 2 * 6 + 2))]
+
+
+# ---- a real kernel, started as nbgrader's Execute starts it under grading -----------------------------------------
+
+
+def _execute(
+    cells: list[str],
+    kit_dir: str,
+    workdir: Path,
+    runtime: Path,
+    timeout: int = 60,
+    interrupt=False,
+    **settings,
+):
+    """A notebook of `cells` run by nbclient in a kernel of grading.autograde.sandboxed_kernel_manager (a cell past
+    `timeout` is interrupted when `interrupt`)."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    box = sandbox(kit_dir, workdir, writable=(str(runtime),), **settings)
+    watches: list = []
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        allow_errors=True,
+        interrupt_on_timeout=interrupt,
+        kernel_manager_class=sandboxed_kernel_manager(box, str(runtime), watches),
+        resources={"metadata": {"path": str(workdir)}},
+    )
+    try:
+        client.execute()
+    except DeadKernelError:
+        pass  # stopped: the watches say why
+    finally:
+        for watch in watches:
+            watch.stop()
+    return nb, watches
+
+
+def _text(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
+def test_a_sandboxed_kernel_answers(kit_dir, workdir, tmp_path):
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    nb, watches = _execute(
+        [
+            f"import os, json\nprint(json.dumps([os.getcwd(), os.path.exists({str(ROOT / 'solutions')!r}), os.getpid()]))",
+            "open('from-the-kernel.txt', 'w').write('hello')\nprint(6 * 7)",
+            "from autograders import kit\n"
+            "@kit.check('e9_demo', points=1)\n"
+            "def check_demo(fn):\n"
+            "    got = kit.call(fn, 2, case='fn(2)')\n"
+            "    kit.expect_close(got, kit.reference(lambda: 4), case='fn(2)', what='fn(2)')\n"
+            "    return 1\n"
+            "check_demo(lambda x: x + 2)",
+        ],
+        kit_dir,
+        workdir,
+        runtime,
+        environment=(("COURSE_GRADING", "collect"), ("COURSE_GRADING_SEED", "5")),
+    )
+    first, second, third = nb.cells
+    cwd, sees_solutions, pid = json.loads(_text(first))
+    assert (cwd, sees_solutions) == (str(workdir), False)
+    assert pid < 10  # its own PID namespace: the grader's processes do not exist for it
+    assert _text(second).strip() == "42"
+    assert (workdir / "from-the-kernel.txt").read_text() == "hello"
+    (shown,) = [o for o in third.outputs if o.output_type == "display_data"]
+    transcript = shown["data"][TRANSCRIPT_MIME]  # collected, not judged: a transcript and no verdict
+    assert transcript == {"check": "e9_demo", "records": [{"label": "fn(2)", "value": wire.encode(4)}]}
+    assert not [o for o in third.outputs if o.output_type in ("error", "stream")]
+    assert len(watches) == 1 and watches[0].reason is None
+
+
+def test_an_interrupt_stops_the_cell_not_the_kernel(kit_dir, workdir, tmp_path):
+    """A cell past the timeout is interrupted (KeyboardInterrupt) and the kernel goes on. jupyter_client signals the
+    kernel's process group, bubblewrap's own processes included: that took the kernel down with them."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    nb, watches = _execute(
+        ["x = 41", "while True:\n    pass", "print(x + 1)"],
+        kit_dir,
+        workdir,
+        runtime,
+        timeout=5,
+        interrupt=True,
+    )
+    assert [o.get("ename") for o in nb.cells[1].outputs if o.output_type == "error"] == ["KeyboardInterrupt"]
+    assert _text(nb.cells[2]).strip() == "42"
+
+
+def test_a_kernel_that_passes_the_memory_limit_is_stopped_with_the_reason(kit_dir, workdir, tmp_path):
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    nb, watches = _execute(
+        [
+            "import os, time\n"
+            "for _ in range(8):\n"
+            "    if os.fork() == 0:\n"
+            "        hog = b'x' * (100 * 2**20)\n"
+            "        time.sleep(60)\n"
+            "        os._exit(0)\n"
+            "time.sleep(60)",
+        ],
+        kit_dir,
+        workdir,
+        runtime,
+        timeout=120,
+        limits=isolation.Limits(memory_bytes=400 * MiB),
+    )
+    reasons = [w.reason for w in watches if w.reason]
+    assert reasons and "the memory limit" in reasons[0]
+
+
+# ---- the judge's rerun of a measurement (grading/rerun.py): a fresh sandboxed process -------------------------------
+
+RERUN_CHECKS = """
+from autograders.kit import call, check, expect_close, reference
+
+
+@check("e1_plus_two", points=1, rerun=True)
+def check_plus_two(fn):
+    got = call(fn, 2, case="fn(2)")
+    expect_close(got, reference(lambda: 4), case="fn(2)", what="fn(2)")
+    return 1
+"""
+
+#: a kit a kernel could write into the submission's folder, hoping that the rerun imports it before the real one
+PLANTED_KIT = """
+import json, sys
+print(json.dumps({"transcript": {"check": "e1_plus_two", "records": [{"label": "fn(2)", "value": ["int", "4"]}]}}))
+sys.exit(0)
+"""
+
+
+def test_a_rerun_imports_nothing_the_kernel_left_in_its_folder(kit_dir, workdir, tmp_path):
+    from grading.judge import CheckCall, JudgeRequest
+    from grading.rerun import rerun
+
+    source = tmp_path / "lesson"
+    source.mkdir()
+    (source / "rerun_checks.py").write_text(RERUN_CHECKS)
+    for folder in (
+        workdir,
+        workdir / ".rerun",
+    ):  # where the kernel (which could write there) would plant a kit
+        (folder / "autograders").mkdir(parents=True)
+        (folder / "autograders" / "__init__.py").write_text("")
+        (folder / "autograders" / "kit.py").write_text(PLANTED_KIT)
+    request = JudgeRequest(
+        seed=5,
+        cells=[],
+        definitions=[["def plus_two(x):\n    return x + 1  # wrong", False]],  # [code, the lesson's own]
+        workdir=str(workdir),
+        source_dir=str(source),
+        kit_dir=kit_dir,
+        memory_gb=2,
+    )
+    transcripts, error = rerun(CheckCall("rerun_checks", "check_plus_two", ("plus_two",), ()), request)
+    assert error == ""
+    assert transcripts == [{"check": "e1_plus_two", "records": [{"label": "fn(2)", "value": wire.encode(3)}]}]
