@@ -511,7 +511,8 @@ def test_the_messages_of_the_graded_wrong_answers():
         "e1_quantize_fp8: case e4m3, activations, N(0, 3^2), 32 x 64: what your code gave"
     )
     assert (
-        "32 x 64 is a test_autograders_lesson07._pair_subclass.<locals>.Pair; a check takes only" in message
+        "32 x 64 is a test_autograders_lesson07._pair_subclass.<locals>.Pair, a subclass of tuple (a check takes a "
+        "plain tuple); a check takes only" in message
     )
     message = failure(check_delayed_scaler, StringScale)
     assert "`scale` before any update should be a number; got a str ('1.0')." in message
