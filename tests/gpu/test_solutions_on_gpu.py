@@ -1,14 +1,16 @@
 """Every solution notebook, executed on the GPU at GPU sizes: the same run a learner with a GPU
 makes, in learner mode. Each graded cell must pass, and no check may say NOT CHECKED HERE for want of a GPU: on a
 GPU machine the GPU-only exercises are checked for real (a missing *package*, e.g. Transformer Engine, is reported
-in the results, not failed). The run time and the check lines of each lesson go to results/<gpu-name>.json.
+in the results, not failed). The run time, the check lines and the lesson's SUMMARY (where it keeps one) of each
+lesson go to results/<gpu-name>.json.
 
-On the device machine (no nbclient / ipykernel there): carry the wheelhouse made by
-../shared/device/make-wheelhouse.sh and run `python -m pytest tests/gpu -m gpu`.
+On the device machine (no nbclient / ipykernel there): `python scripts/gpu_evidence.py --plan` prints the calls
+(the wheelhouse of scripts/make_wheelhouse.py carried, these tests run by part).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -23,6 +25,12 @@ from execute_solutions import execute_notebook  # noqa: E402
 
 from autograders.kit import GRADING_ENV  # noqa: E402
 
+SUMMARY_MARK = "GPU_EVIDENCE_SUMMARY "
+# run after the notebook's own cells: the lesson's SUMMARY dict (lessons 05-08 keep one), as JSON on one line
+SUMMARY_PROBE = (
+    "import json as _json\n"
+    f"print({SUMMARY_MARK!r} + _json.dumps({{str(k): str(v) for k, v in globals().get('SUMMARY', {{}}).items()}}))"
+)
 SLUGS = sorted(p.parent.name for p in (ROOT / "solutions").glob("*/*.ipynb"))
 CELL_TIMEOUT = 600
 
@@ -48,7 +56,10 @@ def test_solution_runs_on_the_gpu_and_every_gpu_check_is_checked(slug, tmp_path,
     monkeypatch.setenv("MPLBACKEND", "Agg")
 
     nb = nbformat.read(folder / f"{slug}.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(SUMMARY_PROBE))
     seconds = execute_notebook(nb, folder, CELL_TIMEOUT)  # raises CellExecutionError on the first error
+    probe = nb.cells.pop()
+    summary = json.loads(_text(probe).split(SUMMARY_MARK, 1)[1]) if SUMMARY_MARK in _text(probe) else {}
 
     texts = [_text(cell) for cell in nb.cells if cell.cell_type == "code"]
     lines = [line for text in texts for line in text.splitlines()]
@@ -57,6 +68,7 @@ def test_solution_runs_on_the_gpu_and_every_gpu_check_is_checked(slug, tmp_path,
         "seconds": round(seconds, 1),
         "checks_passed": [line for line in lines if line.startswith("✓ ")],
         "not_checked_here": not_checked,
+        "summary": summary,  # the lesson's SUMMARY (the numbers its last section prints), where it keeps one
     }
     assert not any("CPU only" in text for text in texts), "the kernel did not see the GPU"
     for cell in nb.cells:

@@ -1,0 +1,376 @@
+"""scripts/gpu_evidence.py and scripts/make_wheelhouse.py on the CPU: the rehearsal of every part, the merge, the
+plan's device calls, the budget, the pytest plugin, the plots, and the wheelhouse's own checks.
+
+The rehearsal (`--rehearse`, about 2 minutes on 2 cores, marked slow) runs every part's plumbing here with CUDA
+hidden: a CUDA-only measurement must come out as "skipped: ..." with its reason, never as a number, and the merge
+must go to a temporary folder, never to results/.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import gpu_evidence
+import make_wheelhouse
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_evidence.py"
+STATUS = ("measured", "skipped: ", "failed: ")
+
+
+def records_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ---- the rehearsal --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rehearsal")
+    before = sorted(p.name for p in (ROOT / "results").iterdir())
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--rehearse",
+            "--out",
+            str(tmp / "out"),
+            "--results",
+            str(tmp / "results"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    after = sorted(p.name for p in (ROOT / "results").iterdir())
+    return proc, tmp, before, after
+
+
+@pytest.mark.slow
+def test_the_rehearsal_records_every_part_measured_or_skipped_with_a_reason(rehearsal):
+    proc, tmp, _, _ = rehearsal
+    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    for part in gpu_evidence.PART_TITLES:
+        path = tmp / "out" / gpu_evidence.RECORDS.format(part=part)
+        records = records_of(path)
+        assert records, f"part {part} wrote no record"
+        for record in records:
+            assert {"name", "part", "status", "values", "units", "config", "command"} <= set(record)
+            assert record["part"] == part and record["rehearsal"] is True and record["device"] == "cpu"
+            assert record["status"] == "measured" or record["status"].startswith("skipped: "), record
+            if record["status"].startswith("skipped: "):
+                assert len(record["status"]) > len("skipped: ") + 3, record
+        names = {r["name"]: r for r in records}
+        for nodeid in gpu_evidence.tests_of_part(part):  # every GPU test of the part has its record, skipped
+            found = [r for n, r in names.items() if n.startswith(gpu_evidence.record_name_of_test(nodeid))]
+            assert found, f"part {part}: no record for {nodeid}"
+            assert all(r["status"].startswith("skipped: no CUDA") for r in found), found
+
+
+@pytest.mark.slow
+def test_the_rehearsal_measures_no_gpu_number_and_runs_the_cpu_plumbing(rehearsal):
+    _, tmp, _, _ = rehearsal
+    records = {
+        r["name"]: r
+        for part in gpu_evidence.PART_TITLES
+        for r in records_of(tmp / "out" / f"records-part{part}.jsonl")
+    }
+    assert records["environment"]["values"]["cuda_available"] is False
+    assert records["rehearsal_notebook_runner"]["values"]["checks_passed"], (
+        "the fixture notebook's checks ran"
+    )
+    assert records["torchao_float8_linear/all"]["status"] == "skipped: no CUDA"
+    assert records["profiling_snapshot_files"]["status"].startswith("skipped: no CUDA")
+    simulated = [r for n, r in records.items() if n.startswith("simulated_7b_lora/")]
+    assert len(simulated) == 4 and all(r["values"]["simulated_peak_gib"] > 0 for r in simulated)
+    graded = records["grading/00-fixture"]["values"]
+    assert graded["solved"]["e1_square_check"] == "4" and graded["blank"]["total"] == "0"
+    assert records["grading_gpu_checks/00-fixture"]["status"].startswith("skipped: no CUDA")
+    assert records["grading_gpu_checks/00-fixture"]["values"]["needs"] == {"e3_gpu_ones_check": ["cuda"]}
+
+
+@pytest.mark.slow
+def test_the_rehearsal_merges_every_part_into_a_temporary_folder(rehearsal):
+    _, tmp, before, after = rehearsal
+    assert before == after, "the rehearsal wrote into results/"
+    merged = json.loads((tmp / "results" / "cpu-rehearsal.json").read_text())
+    assert set(merged["_parts"]) == {str(p) for p in gpu_evidence.PART_TITLES}
+    assert merged["environment"]["status"] == "measured"
+    assert merged["gpu_tests"], "the tests' records are merged under gpu_tests/"
+    assert not list((tmp / "results").glob("*.png")), "no plot without a measured GPU number"
+
+
+# ---- the plan -------------------------------------------------------------------------------------------------------
+
+
+def test_the_plan_calls_fit_the_device_tool():
+    calls = gpu_evidence.plan_calls()
+    assert [c["part"] for c in calls][:4] == [1, 2, 3, 4]
+    graded = [
+        s
+        for c in calls
+        if c["part"] == 5
+        for s in c["command"].split("--lessons ")[1].split(" --")[0].split()
+    ]
+    assert sorted(graded) == gpu_evidence.lesson_slugs(), "part 5's calls grade every lesson once"
+    for call in calls:
+        assert len(call["command"]) < 2000, call["command"]
+        assert call["carry"] == [".whl"] and 0 < call["timeout_s"] <= 600
+        assert "--break-system-packages .whl/*.whl" in call["command"] and "--out $OUT" in call["command"]
+    wheels = make_wheelhouse.WHEELHOUSE
+    carried = make_wheelhouse.folder_bytes(wheels) if wheels.is_dir() else make_wheelhouse.EXPECTED_BYTES
+    assert make_wheelhouse.tree_bytes() + carried < make_wheelhouse.CARRY_LIMIT
+
+
+def test_the_plan_prints(capsys):
+    assert gpu_evidence.main(["--plan"]) == 0
+    out = capsys.readouterr().out
+    assert out.count('"command"') == len(gpu_evidence.plan_calls()) and "--merge" in out
+
+
+# ---- budget, plugin, merge --------------------------------------------------------------------------------------------
+
+
+def test_a_spent_budget_skips_what_remains_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    recorder = gpu_evidence.run_part(4, tmp_path, budget_s=1e-6, rehearsal=True)
+    records = records_of(recorder.path)
+    assert records and all(r["status"].startswith("skipped: budget: ") for r in records), records
+
+
+PLUGIN_CONFTEST = """
+import pytest
+
+@pytest.fixture(scope="session")
+def gpu_results():
+    return {}
+"""
+PLUGIN_TESTS = """
+import pytest
+
+def test_measures(gpu_results):
+    gpu_results["thing"] = {"peak_mib": 1.5, "step_ms": 2.0}
+
+def test_per_lesson(gpu_results):
+    gpu_results.setdefault("solutions_on_gpu", {})["01-a"] = {"seconds": 2}
+    gpu_results["solutions_on_gpu"]["02-b"] = {"seconds": 3}
+
+def test_fails_after_measuring(gpu_results):
+    gpu_results["partial"] = {"peak_gib": 4.0}
+    assert 1 == 2, "the check failed"
+
+@pytest.mark.skip(reason="needs a CUDA GPU; none here")
+def test_skipped():
+    pass
+"""
+
+
+def _run_plugin(tmp_path: Path, deadline: float) -> list[dict]:
+    (tmp_path / "conftest.py").write_text(PLUGIN_CONFTEST)
+    (tmp_path / "test_fake_gpu.py").write_text(PLUGIN_TESTS)
+    records = tmp_path / "records.jsonl"
+    env = gpu_evidence.child_env(
+        GPU_EVIDENCE_RECORDS=records,
+        GPU_EVIDENCE_PART=9,
+        GPU_EVIDENCE_DEVICE="cpu",
+        GPU_EVIDENCE_REHEARSAL=1,
+        GPU_EVIDENCE_DEADLINE=deadline,
+        GPU_EVIDENCE_COLLECTED=tmp_path / "collected.txt",
+        CUDA_VISIBLE_DEVICES="",
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "gpu_evidence",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "test_fake_gpu.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert len((tmp_path / "collected.txt").read_text().split()) == 4
+    return records_of(records)
+
+
+def test_the_plugin_records_what_each_test_measured_as_it_ends(tmp_path):
+    records = {r["name"]: r for r in _run_plugin(tmp_path, time.time() + 3600)}
+    assert records["thing"]["status"] == "measured"
+    assert records["thing"]["values"] == {"peak_mib": 1.5, "step_ms": 2.0}
+    assert records["thing"]["units"] == {"peak_mib": "MiB", "step_ms": "ms"}
+    assert records["solutions_on_gpu/01-a"]["values"] == {"seconds": 2}
+    assert records["solutions_on_gpu/02-b"]["values"] == {"seconds": 3}
+    assert records["partial"]["status"] == "measured", "what a failing test measured is kept"
+    failed = records["gpu_tests/test_fake_gpu.py::test_fails_after_measuring"]
+    assert failed["status"].startswith("failed: ") and "the check failed" in failed["status"]
+    skipped = records["gpu_tests/test_fake_gpu.py::test_skipped"]["status"]
+    assert skipped == "skipped: no CUDA (needs a CUDA GPU; none here)"
+    assert records["gpu_tests/test_fake_gpu.py::test_measures"]["status"] == "measured"
+
+
+def test_the_plugin_starts_no_test_past_the_deadline(tmp_path):
+    records = _run_plugin(tmp_path, time.time() - 1)
+    assert len(records) == 4 and all(r["status"].startswith("skipped: budget: ") for r in records[:3])
+
+
+def _fake_records(path: Path, gpu: str = "Test GPU 80GB") -> Path:
+    recorder = gpu_evidence.Recorder(path, 1, gpu, rehearsal=False)
+    recorder.measured(
+        "environment",
+        {"gpu": {"name": gpu, "capability": [9, 0], "total_gib": 79.2}, "torch": "0.0-test", "cuda": "0.0"},
+    )
+    recorder.measured(
+        "fp8_gemm_sweep",
+        {
+            str(n): {"bf16_tflops": 1.0 * n, "fp8_gemm_tflops": 1.5 * n, "fp8_with_quantize_tflops": 1.2 * n}
+            for n in (1024, 2048)
+        },
+    )
+    recorder.measured("torchao_float8_linear/eager-1024", {"n": 1024, "fp8_tflops": 3.0, "bf16_tflops": 2.0})
+    row = {"peak_gib": 10.0, "simulated_gib": 9.5, "reserved_gib": 11.0, "error": 0.05, "step_s": 1.0}
+    recorder.measured("capstone_7b_lora_seq1024_mb1_eager", {"ckpt=True": row, "ckpt=False": row})
+    recorder.measured("capstone_qlora_7b_seq1024_mb1", {"peak_gib": 6.0})
+    recorder.measured(
+        "checkpointing_7b_shaped_layers",
+        {
+            "layers": 4,
+            "seq": 2048,
+            "peak_mib_without": 9.0,
+            "peak_mib_with": 3.0,
+            "step_ms_without": 1,
+            "step_ms_with": 2,
+        },
+    )
+    recorder.measured(
+        "amp_bf16_vs_fp32_mlp", {"fp32_peak_mib": 8, "bf16_peak_mib": 5, "fp32_step_ms": 2, "bf16_step_ms": 1}
+    )
+    return recorder.path
+
+
+def test_the_merge_writes_one_file_per_gpu_and_its_plots(tmp_path):
+    """Made-up records of a made-up GPU, merged into a temporary folder: the plots are drawn from what is there."""
+    files = [_fake_records(tmp_path / "a" / "records-part1.jsonl")]
+    written = gpu_evidence.merge(files, tmp_path / "results")
+    merged = json.loads((tmp_path / "results" / "test-gpu-80gb.json").read_text())
+    assert merged["_device"]["name"] == "Test GPU 80GB" and merged["_parts"]["1"]["measured"] == 7
+    assert merged["torchao_float8_linear"]["eager-1024"]["values"]["fp8_tflops"] == 3.0
+    pngs = sorted(p.name for p in written if p.suffix == ".png")
+    assert pngs == ["test-gpu-80gb-fp8-gemm.png", "test-gpu-80gb-lora-7b.png", "test-gpu-80gb-tradeoffs.png"]
+
+    later = gpu_evidence.Recorder(tmp_path / "b" / "records-part1.jsonl", 1, "Test GPU 80GB", rehearsal=False)
+    later.skipped("fp8_gemm_sweep", "budget: 480 of 480 s used")
+    later.measured("capstone_qlora_7b_seq1024_mb1", {"peak_gib": 7.0})
+    gpu_evidence.merge([later.path], tmp_path / "results")
+    merged = json.loads((tmp_path / "results" / "test-gpu-80gb.json").read_text())
+    assert merged["fp8_gemm_sweep"]["status"] == "measured", (
+        "a measured record is never replaced by a skipped one"
+    )
+    assert merged["capstone_qlora_7b_seq1024_mb1"]["values"]["peak_gib"] == 7.0, (
+        "a newer measurement replaces"
+    )
+
+
+def test_the_merge_keeps_rehearsals_out_of_results(tmp_path):
+    recorder = gpu_evidence.Recorder(tmp_path / "records-part1.jsonl", 1, "cpu", rehearsal=True)
+    recorder.skipped("x", "no CUDA")
+    with pytest.raises(SystemExit, match="rehearsal"):
+        gpu_evidence.merge([recorder.path], gpu_evidence.RESULTS)
+
+
+def test_a_record_cut_off_by_a_kill_loses_only_itself(tmp_path):
+    recorder = gpu_evidence.Recorder(tmp_path / "records-part2.jsonl", 2, "cpu", rehearsal=True)
+    recorder.measured("kept", {"seconds": 1.0})
+    with open(recorder.path, "a") as fh:
+        fh.write('{"name": "cut')
+    assert [r["name"] for r in gpu_evidence.read_records([recorder.path])] == ["kept"]
+
+
+def test_a_status_is_measured_skipped_or_failed_with_a_reason(tmp_path):
+    recorder = gpu_evidence.Recorder(tmp_path / "r.jsonl", 1, "cpu", rehearsal=True)
+    for status in ("ok", "skipped", "skipped: ", "failed:"):
+        with pytest.raises(ValueError):
+            recorder.add("x", status)
+
+
+def test_the_gpu_checks_of_each_lesson_are_graded_cells():
+    from grading.course import graded_cells
+
+    for slug in gpu_evidence.lesson_slugs():
+        cells = {gid for gid, _, _ in graded_cells(gpu_evidence.SOLUTIONS / slug)}
+        assert set(gpu_evidence.gpu_checks(gpu_evidence.SOLUTIONS, slug)) <= cells, slug
+    assert gpu_evidence.gpu_checks(gpu_evidence.FIXTURE_SOLUTIONS, "00-fixture") == {
+        "e3_gpu_ones_check": ["cuda"]
+    }
+
+
+# ---- the wheelhouse -----------------------------------------------------------------------------------------------------
+
+
+def test_wheelhouse_is_git_ignored():
+    ignored = subprocess.run(["git", "check-ignore", "-q", ".whl/x.whl"], cwd=ROOT)
+    assert ignored.returncode == 0
+
+
+def _wheel(path: Path, files: dict[str, bytes], requires: list[str]) -> Path:
+    meta = "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+        zf.writestr("demo-1.0.dist-info/METADATA", meta)
+        zf.writestr("demo-1.0.dist-info/RECORD", "")
+    return path
+
+
+def test_slimming_drops_the_files_and_rewrites_the_record(tmp_path):
+    wheel = _wheel(
+        tmp_path / "demo-1.0-py3-none-any.whl",
+        {"demo/libdemo_cuda128.so": b"x" * 1000, "demo/libdemo_cuda130.so": b"y", "demo/__init__.py": b""},
+        [],
+    )
+    make_wheelhouse.slim(wheel, r"^demo/libdemo_cuda1[0-2]\d\.so$")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        record = zf.read("demo-1.0.dist-info/RECORD").decode()
+    assert "demo/libdemo_cuda128.so" not in names and "demo/libdemo_cuda130.so" in names
+    assert "demo/libdemo_cuda130.so,sha256=" in record and "cuda128" not in record
+
+
+def test_requirements_are_read_for_python_3_12_on_linux(tmp_path):
+    wheel = _wheel(
+        tmp_path / "demo-1.0-py3-none-any.whl",
+        {},
+        [
+            "a>=1",
+            'b; python_version < "3.12"',
+            'c; sys_platform == "win32"',
+            'd; extra == "docs"',
+            'e; python_version >= "3.12" and platform_machine == "x86_64"',
+        ],
+    )
+    assert [r.name for r in make_wheelhouse.requirements_of(wheel, set())] == ["a", "e"]
+    assert [r.name for r in make_wheelhouse.requirements_of(wheel, {"docs"})] == ["a", "d", "e"]
+
+
+@pytest.mark.skipif(
+    not make_wheelhouse.WHEELHOUSE.is_dir(), reason="no .whl/ here (python scripts/make_wheelhouse.py)"
+)
+def test_the_wheelhouse_here_is_complete_for_the_gpu_image():
+    assert make_wheelhouse.verify(make_wheelhouse.WHEELHOUSE) == []
