@@ -250,9 +250,13 @@ class _Run:
         except NotCheckedHere as missing:
             self.records.append(Record(label, missing=(missing.needs, missing.found, missing.passed)))
             raise
-        except Exception as bug:  # the check's own code broke on what the learner's code did: recorded as such,
+        except (
+            Exception
+        ) as bug:  # the check's own code broke on what the learner's code did: recorded as such,
             # so that the judge says what a learner would be told, not that the record was cut short
-            self.records.append(Record(label, failed=f"the check itself crashed ({type(bug).__name__}: {bug})."))
+            self.records.append(
+                Record(label, failed=f"the check itself crashed ({type(bug).__name__}: {bug}).")
+            )
             raise
         finally:
             self.depth -= 1
