@@ -90,11 +90,6 @@ class TranscriptMismatch(Exception):
     """The judge's replay met a record that is not the one its own step expects (or none)."""
 
 
-def grading_strict() -> bool:
-    """True while grading (and in the tests' strict mode): drawn cases, NotGradedHere for missing hardware."""
-    return _MODE != LEARNER
-
-
 def grading_seed() -> int | None:
     """The seed of the cases drawn at grading time (None for a learner)."""
     return _SEED

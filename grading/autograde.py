@@ -105,7 +105,9 @@ def prepare_kit(folder: Path) -> Path:
 # ---- the kernel -------------------------------------------------------------------------------------------------
 
 
-def sandboxed_kernel_manager(sandbox: isolation.Sandbox | None, runtime: str, watches: list):
+def sandboxed_kernel_manager(
+    sandbox: isolation.Sandbox | None, runtime: str, watches: list, unsandboxed_env: tuple = ()
+):
     """An AsyncKernelManager class whose kernel runs in `sandbox` (None: not isolated, never for credit), with its
     connection file (and, sandboxed, its Unix sockets) in the folder `runtime`."""
     import uuid
@@ -126,7 +128,7 @@ def sandboxed_kernel_manager(sandbox: isolation.Sandbox | None, runtime: str, wa
                 kernel_cmd = sandbox.command(kernel_cmd)
                 kw["env"] = sandbox.env()
             else:
-                kw["env"] = {**os.environ, **dict(SANDBOXLESS_ENV)}
+                kw["env"] = {**os.environ, **dict(unsandboxed_env)}
             await super()._async_launch_kernel(kernel_cmd, **kw)
             if sandbox is not None and self.provisioner is not None and self.provisioner.process is not None:
                 watches.append(isolation.Watch(self.provisioner.process.pid, sandbox.limits))
@@ -141,9 +143,6 @@ def sandboxed_kernel_manager(sandbox: isolation.Sandbox | None, runtime: str, wa
                 isolation.send(pid, signum)
 
     return SandboxedKernelManager
-
-
-SANDBOXLESS_ENV: tuple[tuple[str, str], ...] = ()  # set per notebook when isolation is off
 
 
 class CellStopped(Exception):
@@ -188,10 +187,10 @@ def _make_execute():
                     threads=settings.threads or None,
                     environment=environment,
                 )
-            else:
-                global SANDBOXLESS_ENV
-                SANDBOXLESS_ENV = (*environment, ("PYTHONPATH", kit_copy(settings.kit_dir)))
-            self.kernel_manager_class = sandboxed_kernel_manager(sandbox, self._runtime, self._watches)
+            unsandboxed_env = (*environment, ("PYTHONPATH", kit_copy(settings.kit_dir)))
+            self.kernel_manager_class = sandboxed_kernel_manager(
+                sandbox, self._runtime, self._watches, unsandboxed_env
+            )
             original = copy.deepcopy(nb)
             stopped: dict[int, str] = {}
             notes = resources.setdefault(FINDINGS_KEY, {"notes": [], "flags": []})["notes"]

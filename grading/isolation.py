@@ -29,7 +29,6 @@ import signal
 import sys
 import sysconfig
 import threading
-import time
 
 SYSTEM_FOLDERS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt", "/sys")
 GPU_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
@@ -284,13 +283,3 @@ def _proportional(pid: int) -> int:
     except (OSError, IndexError, ValueError):
         pass
     return _resident(pid)
-
-
-def wait_for(pid: int, seconds: float) -> bool:
-    """Whether `pid` ended within `seconds`."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    return not _alive(pid)
