@@ -12,6 +12,10 @@ Option names are those of nbgrader 0.9.6.
 
 import os
 
+from nbgrader.converters import GenerateAssignment
+
+from grading.learner_version import TagCellsThatMayRaise
+
 c = get_config()  # noqa: F821  (injected by traitlets when it loads this file)
 
 # ---- the course directory -------------------------------------------------------------------------------------
@@ -40,6 +44,12 @@ c.CourseDirectory.ignore = [
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 # besides nbconvert's defaults, drop the per-cell run timings JupyterLab records when "record timing" is on
 c.ClearOutput.remove_metadata_fields = {"collapsed", "scrolled", "execution", "ExecuteTime"}
+# and tag every cell that stops on an unfinished lesson (exercises, checks, `needs(...)` cells) `raises-exception`,
+# so that JupyterLab's Run All reaches the end of the lesson (grading/learner_version.py)
+c.GenerateAssignment.preprocessors = [
+    *GenerateAssignment.class_traits()["preprocessors"].make_dynamic_default(),
+    TagCellsThatMayRaise,
+]
 
 # ---- autograde / validate: running a notebook -------------------------------------------------------------------
 # Per cell. A cell that runs past it (an infinite loop) is interrupted: it errors and loses its exercise, and the

@@ -21,6 +21,7 @@ One module per concern:
 | `rerun` | measurements of the learner's code collected again in a fresh sandbox from its definitions only |
 | `worker` | one submission: nbgrader's own autograde in a private course copy (`python -m grading.worker`) |
 | `batch` | the batch and parallel driver behind scripts/grade.py: tasks, shards, the CSV |
+| `learner_version` | what `nbgrader generate_assignment` adds to a learner version: `raises-exception` tags, the model solution's recorded outputs |
 
 Because the preprocessors are configured in nbgrader_config.py, `nbgrader autograde` grades exactly as
 scripts/grade.py does; grade.py adds batching, parallelism, shards and the CSV.

@@ -1,24 +1,40 @@
 """What a learner sees when a lesson's cell stops: one line that says what to do, not a traceback.
 
-Three kinds of stop are shown as their message alone:
+Four kinds of stop are shown as their message alone:
 - a check's verdict (`autograders.kit.CheckFailed`, `NotGradedHere`: subclasses of `LessonMessage`);
 - `needs(...)` at the top of a cell that uses an exercise's result: "finish Exercise 1.5 first: ...";
-- the bare `raise NotImplementedError()` of an exercise that is not written yet, reached from a later cell.
+- the bare `raise NotImplementedError()` of an exercise that is not written yet, reached from a later cell;
+- a name used at the top level of a cell before the cell that defines it ran (a check run before its exercise):
+  "`f` is not defined: run the cell that defines it first ...".
 
 They stay *errors*: the cell fails for nbgrader, the Validate button and nbval exactly as before; only the display
 changes, through IPython's custom exception hook (`InteractiveShell.set_custom_exc`). Every other exception keeps
 IPython's full traceback. `import memlab` installs the display when it runs inside IPython.
+
+A learner who is stuck on an exercise still sees what the sections after it show: before `needs(...)` stops a
+cell, it displays that cell's outputs from the model solution, recorded on a CPU when the lesson was built
+(`MODEL_OUTPUTS` in the lesson's folder, written by scripts/build_lessons.py; only the outputs of cells that call
+`needs`, never an exercise's or a check's). In the learner version these cells and the exercise and check cells
+carry the `raises-exception` tag (grading.learner_version.TagCellsThatMayRaise), so JupyterLab's Run All goes on
+to the end of the lesson instead of stopping at the first unfinished exercise.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import inspect
+import json
+import os
 import sys
 import textwrap
+from pathlib import Path
 
 RED, RESET = "\x1b[0;31m", "\x1b[0m"
 WIDTH = 110  # the width the lessons' prose is wrapped at
+MODEL_OUTPUTS = (
+    "model_solution_outputs.json"  # in a lesson's folder: {"cells": {cell_key(source): [outputs]}}
+)
 
 
 class LessonMessage(Exception):
@@ -81,10 +97,60 @@ def is_written(obj) -> bool:
     return not parts
 
 
+def cell_key(source: str) -> str:
+    """The key of a cell's recorded outputs: a hash of its source (so an edited cell has none)."""
+    return hashlib.sha256(source.strip().encode("utf-8")).hexdigest()[:20]
+
+
+def _running_cell_source() -> str | None:
+    """The source of the cell IPython is running now (its raw input history is stored before the cell runs)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    return history[-1] if history else None
+
+
+def recorded_outputs(source: str | None, folder: Path | None = None) -> list[dict]:
+    """The model solution's outputs of the cell with this source, from the lesson folder's MODEL_OUTPUTS ([] when
+    there are none: another folder, an edited cell, a file that cannot be read)."""
+    if not source:
+        return []
+    try:
+        recorded = json.loads(((folder or Path.cwd()) / MODEL_OUTPUTS).read_text(encoding="utf-8"))
+        outputs = recorded["cells"].get(cell_key(source), [])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    return outputs if isinstance(outputs, list) else []
+
+
+def show_recorded(outputs: list[dict], exercise: str) -> None:
+    """Display recorded outputs (streams, rich displays) under a line that says where they come from."""
+    from IPython.display import publish_display_data
+
+    note = (
+        f"{exercise} is not finished, so this cell stops. Below: what it shows with the model solution "
+        "(recorded on a CPU when the lesson was built)."
+    )
+    publish_display_data(data={"text/markdown": f"*{note}*", "text/plain": note})
+    for output in outputs:
+        kind = output.get("output_type")
+        if kind == "stream":
+            stream = sys.stderr if output.get("name") == "stderr" else sys.stdout
+            stream.write(output.get("text", ""))
+            stream.flush()
+        elif kind in ("display_data", "execute_result"):
+            publish_display_data(data=output.get("data", {}), metadata=output.get("metadata", {}))
+
+
 def needs(*names: str, exercise: str) -> None:
     """Stop the calling cell with one line unless every name is defined in it and written (not a stub).
 
-    At the top of a cell that uses an exercise's result: `needs("BUDGET", exercise="Exercise 1.5")`.
+    At the top of a cell that uses an exercise's result: `needs("BUDGET", exercise="Exercise 1.5")`. Before it stops
+    the cell, it shows the model solution's recorded outputs of that cell (in learner mode, when the lesson folder
+    has them), so the rest of the section can still be read.
     """
     namespace = sys._getframe(1).f_globals
     missing = []
@@ -93,8 +159,15 @@ def needs(*names: str, exercise: str) -> None:
             missing.append(f"`{name}` is not defined")
         elif callable(namespace[name]) and not is_written(namespace[name]):
             missing.append(f"`{name}` is not written yet")
-    if missing:
-        raise ExerciseNeeded(f"finish {exercise} first (run its cells): {'; '.join(missing)}.")
+    if not missing:
+        return
+    shown = []
+    if not os.environ.get("COURSE_GRADING"):  # a graded notebook gets no recorded outputs
+        shown = recorded_outputs(_running_cell_source())
+        if shown:
+            show_recorded(shown, exercise)
+    where = " Above: this cell's output with the model solution." if shown else ""
+    raise ExerciseNeeded(f"finish {exercise} first (run its cells): {'; '.join(missing)}.{where}")
 
 
 # ---- the display ------------------------------------------------------------------------------------------------
@@ -113,6 +186,13 @@ def _stub_function(tb) -> str | None:
     return None
 
 
+def _at_cell_top_level(tb) -> bool:
+    """True when the innermost frame is a cell's own top-level code (not inside a function it calls)."""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_name == "<module>" and tb.tb_frame.f_globals.get("__name__") == "__main__"
+
+
 def message_lines(etype, value, tb) -> list[str] | None:
     """The one-message display of an exception, or None when it keeps IPython's traceback."""
     if issubclass(etype, LessonMessage):
@@ -124,6 +204,11 @@ def message_lines(etype, value, tb) -> list[str] | None:
         text = (
             f"NotImplementedError: `{name}` is not written yet: write it (its exercise is above), run its cell, "
             "then this one."
+        )
+    elif etype is NameError and tb is not None and _at_cell_top_level(tb) and getattr(value, "name", None):
+        text = (
+            f"NameError: `{value.name}` is not defined: run the cell that defines it first (for a check, its "
+            "exercise's cell above; or Run All from the top), or check its spelling."
         )
     else:
         return None
@@ -150,5 +235,5 @@ def install_display() -> bool:
     shell = get_ipython()
     if shell is None:
         return False
-    shell.set_custom_exc((LessonMessage, NotImplementedError), _show)
+    shell.set_custom_exc((LessonMessage, NotImplementedError, NameError), _show)
     return True

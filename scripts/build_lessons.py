@@ -11,18 +11,44 @@ ClearHiddenTests, ClearMarkScheme, ...) through nbconvert's NotebookExporter, an
 (minus CourseDirectory.ignore) the way nbgrader does. The output is byte-identical to what nbgrader releases
 (tests/test_lessons_in_sync.py runs the real command and compares), deterministic, and needs no kernel and no
 gradebook (SaveCells, which only fills the gradebook, is switched off).
+
+First it writes each lesson's `model_solution_outputs.json` into solutions/NN-slug/ (released with the lesson like
+any other file): the outputs of the solution's `needs(...)` cells, which a learner stuck on an exercise is shown in
+their place (memlab.notebook.needs, grading/learner_version.py). `--check` reports that file out of date too.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import sys
 import time
 from pathlib import Path
 
 from grading.course import ROOT, lesson_dirs, load_config
+from grading.learner_version import model_outputs
+from memlab.notebook import MODEL_OUTPUTS
+
+
+def recorded_outputs(solutions: Path = ROOT / "solutions") -> dict[Path, bytes]:
+    """{solutions/NN-slug/MODEL_OUTPUTS: bytes} for every lesson: its solution's recorded `needs(...)` outputs."""
+    import nbformat
+
+    files: dict[Path, bytes] = {}
+    for lesson in lesson_dirs(solutions):
+        cells: dict[str, list[dict]] = {}
+        for path in sorted(lesson.glob("*.ipynb")):
+            cells.update(model_outputs(nbformat.read(path, as_version=4)))
+        record = {
+            "about": "what each cell that calls needs(...) shows with the model solution, executed on a CPU; "
+            "written by scripts/build_lessons.py from the solution notebook (memlab.notebook.needs shows it)",
+            "lesson": lesson.name,
+            "cells": cells,
+        }
+        files[lesson / MODEL_OUTPUTS] = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode("utf-8")
+    return files
 
 
 def render(solutions: Path = ROOT / "solutions", config=None) -> dict[str, bytes]:
@@ -91,6 +117,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
+    recorded = recorded_outputs(args.solutions.resolve())
+    stale_records = [
+        path for path, data in recorded.items() if not path.is_file() or path.read_bytes() != data
+    ]
+    if args.check and stale_records:
+        for path in stale_records:
+            print(f"out of date: {path}")
+        print("run: python scripts/build_lessons.py", file=sys.stderr)
+        return 1
+    for path in stale_records:
+        path.write_bytes(recorded[path])
+        print(f"wrote {path}")
     expected = render(args.solutions.resolve())
     differ, stale = compare(expected, args.lessons)
     seconds = time.perf_counter() - start

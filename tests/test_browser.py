@@ -9,7 +9,10 @@ tests use the keyboard and the toolbar as a learner does, and read what the page
    solution and its check run with Shift+Enter, and the check prints `✓ e1_decode: N cases passed`;
 2. a wrong `decode` typed into the cell: the check's message is on the page, and no frame of the kit is;
 3. lesson 03 solved except the GPU-only Exercise 3.4 (still the stub): nbgrader's Validate button does not say
-   "Success" and shows the failed check.
+   "Success" and shows the failed check;
+4. lesson 07 as released, no exercise done: the Run menu's "Run All Cells" reaches the last cell (the cells that
+   stop are tagged `raises-exception`), the stopped sections show the model solution's recorded figures, and
+   JupyterLab asks nothing about Jupyter news.
 
 Screenshots go to the test's tmp folder (paths printed; `pytest -s` shows them). Skipped, with the reason, where
 no browser can be had: chromium not installed (`apt-get install chromium`; MEMLAB_CHROMIUM=/path overrides
@@ -33,7 +36,7 @@ from lab_server import INSTRUCTOR_PLUGINS, REPO, running_lab
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 LESSONS, SOLUTIONS = REPO / "lessons", REPO / "solutions"
-L02, L03 = "02-numeric-formats", "03-amp-gradscaler"
+L02, L03, L07 = "02-numeric-formats", "03-amp-gradscaler", "07-fp8-transformer-engine"
 GPU_ONLY = "e4_measure_amp_step"  # Exercise 3.4: needs CUDA; this machine has none
 CHROMIUM_FLAGS = [
     "--no-sandbox",
@@ -265,3 +268,26 @@ def test_validate_button_reports_the_unsolved_gpu_exercise(lab, page, tmp_path):
     assert text.count("The following cell failed:") == 1, f"more than the GPU exercise failed:\n{text}"
     for frame in KIT_FRAMES:
         assert frame not in text, f"{frame!r} is visible in Validate's report:\n{text}"
+
+
+def test_run_all_reaches_the_end_of_an_unsolved_lesson(lab, page, tmp_path):
+    from playwright.sync_api import expect
+
+    panel = open_notebook(page, lab, L07)
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    cells = served_cells(lab, L07)
+    last = max(i for i, c in enumerate(cells) if c["cell_type"] == "code")
+    last_cell = panel.locator(".jp-Notebook .jp-Cell").nth(last)
+    expect(last_cell.locator(".jp-InputPrompt")).to_have_text(
+        re.compile(r"\[\d+\]:"), timeout=CELL_TIMEOUT_MS
+    )
+    shot(page, tmp_path, "5-lesson07-run-all")
+    prompts = panel.locator(".jp-Notebook .jp-CodeCell .jp-InputPrompt").all_text_contents()
+    assert all(re.fullmatch(r"\[\d+\]:", p.strip()) for p in prompts), f"cells Run All did not run: {prompts}"
+    outputs = panel.locator(".jp-Notebook .jp-OutputArea")
+    assert "is not finished, so this cell stops" in " ".join(outputs.all_text_contents())
+    assert panel.locator(".jp-Notebook .jp-OutputArea img").count() >= 1, "no recorded figure is shown"
+    assert "ExerciseNeeded" in last_cell.locator(".jp-OutputArea").inner_text()
+    toasts = " ".join(page.locator(".Toastify__toast").all_inner_texts())
+    assert "news" not in toasts.lower(), f"JupyterLab asks about news: {toasts}"

@@ -33,6 +33,9 @@ LEARNER_FILES = sorted(p.relative_to(LEARNER_CONFIG) for p in LEARNER_CONFIG.rgl
 PREFIX_CONFIG = Path(sys.prefix) / "etc" / "jupyter"
 BIN = Path(sys.executable).parent
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# JupyterLab's "Would you like to get notified about official Jupyter news?" toast, on every first start: off in
+# both views (the plugin that asks and fetches the news)
+NEWS_PLUGIN = "@jupyterlab/apputils-extension:announcements"
 
 
 def jupyter(tool: str, *args: str, tmp_path: Path, config_path: Path | None = None) -> str:
@@ -98,6 +101,8 @@ def test_learner_config_turns_off_exactly_the_instructor_tools():
     labext = BIN.parent / "share" / "jupyter" / "labextensions" / "@jupyter" / "nbgrader"
     shipped_plugins = set(re.findall(r'"(@jupyter/nbgrader:[a-z-]+)"', _read_js(labext)))
     assert {*INSTRUCTOR_PLUGINS, VALIDATE_PLUGIN} <= shipped_plugins, shipped_plugins
+    lab_core = BIN.parent / "share" / "jupyter" / "lab" / "static"
+    assert any(f'"{NEWS_PLUGIN}"' in p.read_text(errors="replace") for p in lab_core.glob("jlab_core*.js"))
     nbgrader_json = json.loads((PREFIX_CONFIG / "jupyter_server_config.d" / "nbgrader.json").read_text())
     shipped_extensions = set(nbgrader_json["ServerApp"]["jpserver_extensions"])
     assert {*INSTRUCTOR_SERVER_EXTENSIONS, VALIDATE_SERVER_EXTENSION} == shipped_extensions
@@ -105,7 +110,10 @@ def test_learner_config_turns_off_exactly_the_instructor_tools():
     for view, on in (("learner", False), ("instructor", True)):
         root = REPO / "jupyter-config" / view
         page = json.loads((root / "labconfig" / "page_config.d" / "memlab-course.json").read_text())
-        assert page["disabledExtensions"] == dict.fromkeys(INSTRUCTOR_PLUGINS, not on), view
+        assert page["disabledExtensions"] == {
+            **dict.fromkeys(INSTRUCTOR_PLUGINS, not on),
+            NEWS_PLUGIN: True,
+        }, view
         server = json.loads((root / "jupyter_server_config.d" / "zz-memlab-course.json").read_text())
         expected = {**dict.fromkeys(INSTRUCTOR_SERVER_EXTENSIONS, on), VALIDATE_SERVER_EXTENSION: True}
         assert server["ServerApp"]["jpserver_extensions"] == expected, view
@@ -123,7 +131,7 @@ def _read_js(labext: Path) -> str:
 def test_labextension_list_learner_and_instructor(tmp_path):
     learner = jupyter("labextension", "list", tmp_path=tmp_path)
     assert "@jupyter/nbgrader" in learner and "enabled" in learner
-    assert disabled_labextensions(learner) == set(INSTRUCTOR_PLUGINS), learner
+    assert disabled_labextensions(learner) == {*INSTRUCTOR_PLUGINS, NEWS_PLUGIN}, learner
     instructor = jupyter("labextension", "list", tmp_path=tmp_path, config_path=INSTRUCTOR_CONFIG)
     assert not {n for n in disabled_labextensions(instructor) if n.startswith("@jupyter/nbgrader")}, (
         instructor
@@ -156,6 +164,7 @@ def test_running_server_serves_the_view(view, tmp_path):
         nbgrader_version = lab.get("/nbgrader_version?version=0.9.6")
         formgrader, courses = lab.get("/formgrader"), lab.get("/courses")
     assert VALIDATE_PLUGIN not in disabled
+    assert NEWS_PLUGIN in disabled, "JupyterLab would ask about Jupyter news in a toast"
     assert nbgrader_version == (200, '{"success": true}'), "Validate's server extension is not answering"
     if view == "learner":
         assert disabled >= set(INSTRUCTOR_PLUGINS), disabled

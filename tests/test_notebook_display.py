@@ -5,19 +5,29 @@ The cells run in a fresh IPython kernel through nbclient, as JupyterLab, nbval a
 
 from __future__ import annotations
 
+import json
 import re
 
 import nbformat
 import pytest
 
-from memlab.notebook import ExerciseNeeded, message_lines, needs
+from memlab.notebook import MODEL_OUTPUTS, ExerciseNeeded, cell_key, message_lines, needs
+
+RECORDED_CELL = "memlab.notebook.needs('TOTAL', exercise='Exercise 9.2')\nprint(TOTAL)"
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @pytest.fixture(scope="module")
-def executed():
+def executed(tmp_path_factory):
     from nbclient import NotebookClient
+
+    folder = tmp_path_factory.mktemp("lesson")
+    recorded = [
+        {"output_type": "stream", "name": "stdout", "text": "TOTAL = 42 (recorded)\n"},
+        {"output_type": "display_data", "data": {"text/plain": "<a recorded figure>"}, "metadata": {}},
+    ]
+    (folder / MODEL_OUTPUTS).write_text(json.dumps({"cells": {cell_key(RECORDED_CELL): recorded}}))
 
     cells = [
         "import memlab\nfrom autograders.kit import check, call, expect_callable, expect_close",
@@ -35,10 +45,22 @@ def executed():
         "def helper():\n    return {}['missing']\n\nhelper()",
         # a passing check
         "check_double(lambda x: 2 * x)",
+        # a check run before its exercise's cell
+        "check_double(triple)",
+        # a NameError inside a function keeps its traceback (a typo in the learner's code)
+        "def typo():\n    return undefined_thing\n\ntypo()",
+        # a needs(...) cell with the model solution's outputs recorded in the lesson's folder
+        RECORDED_CELL,
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    NotebookClient(nb, timeout=120, allow_errors=True, kernel_name="python3").execute()
+    NotebookClient(
+        nb,
+        timeout=120,
+        allow_errors=True,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(folder)}},
+    ).execute()
     return nb.cells
 
 
@@ -101,3 +123,33 @@ def test_message_lines_wraps_long_messages_and_leaves_other_errors_alone():
     assert all(len(ANSI.sub("", line)) <= 112 for line in lines[0].splitlines())
     assert message_lines(KeyError, KeyError("x"), None) is None
     assert message_lines(NotImplementedError, NotImplementedError("sum_cpu not implemented"), None) is None
+
+
+def test_a_name_used_before_its_cell_ran_says_what_to_run(executed):
+    error = _error(executed[7])
+    assert error.ename == "NameError"  # still an error for nbgrader and nbval
+    text = ANSI.sub("", "\n".join(error.traceback))
+    assert len(error.traceback) == 1, text
+    assert text.startswith("NameError: `triple` is not defined: run the cell that defines it first"), text
+
+
+def test_a_name_error_inside_a_function_keeps_its_traceback(executed):
+    error = _error(executed[8])
+    text = ANSI.sub("", "\n".join(error.traceback))
+    assert len(error.traceback) > 1 and "typo()" in text and "undefined_thing" in text, text
+
+
+def test_needs_shows_the_recorded_outputs_of_its_cell_then_stops(executed):
+    outputs = executed[9].outputs
+    kinds = [o.output_type for o in outputs]
+    assert kinds[-1] == "error" and outputs[-1].ename == "ExerciseNeeded", kinds
+    assert "Above: this cell's output with the model solution" in outputs[-1].evalue
+    shown = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs[:-1])
+    assert "Exercise 9.2 is not finished" in shown
+    assert "TOTAL = 42 (recorded)" in shown and "<a recorded figure>" in shown, shown
+
+
+def test_needs_without_a_recorded_output_only_stops(executed):
+    outputs = executed[4].outputs
+    assert [o.output_type for o in outputs] == ["error"]
+    assert "Above:" not in outputs[0].evalue
