@@ -10,8 +10,10 @@
   (autograders/data/lesson07.json, scripts/make_check_data.py), the drawn ones come from the grading reference
   (autograders/references/lesson07.py). tests/gpu compares that reference with Transformer Engine itself.
 - `quantize_mxfp8` (Exercise 7.3): per 32-element block, the exponent must be the smallest power of two that keeps
-  the block's amax within E4M3's range (Transformer Engine's rounding up, `float_to_e8m0` in
-  transformer_engine/common/util/ptx_arch_spec.cuh), and every element the nearest E4M3 value of x / 2^e.
+  the block's amax within E4M3's range (NVIDIA's rule, ceil(log2(amax / 448)): Transformer Engine's rounding up,
+  `float_to_e8m0` in transformer_engine/common/util/ptx_arch_spec.cuh), and every element the nearest E4M3 value of
+  x / 2^e. OCP MX v1.0's reference rule, floor(log2(amax)) - 8 (torchao's FLOOR mode), fails with a message that
+  names it.
 - `fp8_matmul` (Exercise 7.4): its result is compared with the product of the dequantized FP8 operands; it must
   dispatch `aten._scaled_mm` (seen by a dispatch mode). A CPU stage runs where torch has a CPU `_scaled_mm`; the
   GPU stage needs compute capability 8.9 (FP8 tensor cores).
@@ -372,7 +374,14 @@ def check_quantize_mxfp8(quantize_mxfp8) -> int:
         ):
             if not ok.all():
                 i = int((~ok).flatten().nonzero()[0])
-                raise CheckFailed(f"case {case}: block {i}: {rule}; got e = {int(e64.flatten()[i])}.")
+                hint = ""
+                ocp = torch.floor(torch.log2(amax.double())) - 8  # OCP MX v1.0's reference rule
+                if ok is fits and nonzero.flatten()[i] and e64.flatten()[i] == ocp.flatten()[i]:
+                    hint = (
+                        " That is OCP MX v1.0's rule, floor(log2(amax)) - 8, which lets up to 512 * 2^e through"
+                        " and saturates it; this exercise uses NVIDIA's, e = ceil(log2(amax / 448))."
+                    )
+                raise CheckFailed(f"case {case}: block {i}: {rule}; got e = {int(e64.flatten()[i])}.{hint}")
         target = blocks / torch.exp2(e64.float()).unsqueeze(-1)
         expect_nearest(q.float().reshape(*blocks_shape, BLOCK), target, "e4m3", case=case, what="x_fp8")
     return len(cases)

@@ -8,7 +8,8 @@ lesson 02's exercises). Every value it prints is the value *torch* gives a bit p
   tensor of them). A Python float is cast from fp64; torch (2.11, 2.13 and 2.14 checked) on the CPU casts fp64 to the
   16- and 8-bit formats through fp32 (two roundings), so pass an fp32 tensor when that matters.
 - `cast_overflow(fmt)`: what torch's cast does with a value beyond the format's range: "inf", "nan" or "saturates".
-  For E4M3 it depends on the torch version (torch 2.11: NaN; torch 2.13 and 2.14: the largest finite value, ±448).
+  For E4M3 it depends on the torch version (torch 2.11: NaN; since torch 2.12, pytorch#178817, the largest finite
+  value, ±448; 2.13 and 2.14 checked).
 - `bit_fields(bits, fmt)`: the sign, exponent and mantissa fields as strings of 0s and 1s.
 - `show_bits(values, fmts)`: a table of coloured bit strings (HTML in Jupyter, plain text elsewhere).
 
@@ -95,7 +96,8 @@ def cast_overflow(fmt: str | FloatFormat) -> str:
     "saturates" (the largest finite value, with the sign kept). Measured with this torch, on the CPU.
 
     The IEEE formats and E5M2 overflow to inf. E4M3FN has no inf, and torch changed its cast: torch 2.11 gives NaN
-    for anything that rounds above 448 (and for ±inf), torch 2.13 and 2.14 saturate to ±448 (±inf too). Either way
+    for anything that rounds above 448 (and for ±inf); since torch 2.12 (pytorch#178817) it saturates to ±448 (±inf
+    too; 2.13 and 2.14 checked). Either way
     a value that rounds down to the largest (E4M3: up to 464) gives it. Text that says what the cast does should
     ask this function rather than assume one torch version.
     """

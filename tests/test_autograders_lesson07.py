@@ -288,7 +288,21 @@ def test_e3_the_ocp_floor_rule_saturates_and_fails():
         q = (blocks / torch.exp2(e.float()).unsqueeze(-1)).clamp(-448, 448).to(torch.float8_e4m3fn)
         return q.reshape(x.shape), e
 
-    assert "2^e must keep the block's amax within E4M3's range" in failure(check_quantize_mxfp8, ocp_floor)
+    message = failure(check_quantize_mxfp8, ocp_floor)
+    assert "2^e must keep the block's amax within E4M3's range" in message
+    assert "OCP MX v1.0's rule" in message and "ceil(log2(amax / 448))" in message
+
+
+def test_e3_a_wrong_exponent_that_is_not_ocps_gets_no_ocp_hint():
+    def two_too_small(x):
+        q, e = quantize_mxfp8(x)
+        e = e - 2
+        blocks = x.float().reshape(*e.shape, 32) / torch.exp2(e.float()).unsqueeze(-1)
+        return blocks.clamp(-448, 448).to(torch.float8_e4m3fn).reshape(x.shape), e
+
+    message = failure(check_quantize_mxfp8, two_too_small)
+    assert "2^e must keep the block's amax within E4M3's range" in message
+    assert "OCP" not in message
 
 
 def test_e3_one_exponent_too_many_fails():
