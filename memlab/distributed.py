@@ -20,10 +20,16 @@ Jobs:
   (what DDP does) against a check before it.
 - `zero_memory`: per-rank bytes of parameters, gradients and optimizer state (`memlab.measure.track_memory`) for
   one AdamW step of an MLP under DDP, ZeRO-1 (`ZeroRedundancyOptimizer`) and ZeRO-3 (FSDP2 `fully_shard`).
+- `token_normalisation`: DDP with token counts that differ between ranks: the summed token loss divided by the
+  rank's own count, by the global count, and by the global count times the number of ranks (what Trainer does),
+  against one process on every rank's tokens.
+- `sync_memory`: the memory cost of skipping the gradient sync during accumulation (DDP's `no_sync()`, FSDP2's
+  `set_requires_gradient_sync(False)`): this rank's bytes between micro-batches, with and without the sync.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -279,7 +285,133 @@ def zero_memory(
     return result
 
 
-JOBS = {"no_sync": no_sync, "scaler_order": scaler_order, "zero_memory": zero_memory}
+def _token_batch(rank: int, step: int, widths, rows: int, seq: int, keep: float):
+    """Rank `rank`'s micro-batch `step` of "tokens": inputs (rows, seq, widths[0]) and labels (rows, seq), a
+    fraction 1 - `keep` of them -100 (padding, prompts)."""
+    g = torch.Generator().manual_seed(7_919 * rank + step)
+    x = torch.randn(rows, seq, widths[0], generator=g)
+    labels = torch.randint(0, widths[-1], (rows, seq), generator=g)
+    labels[torch.rand(rows, seq, generator=g) >= keep] = -100
+    labels[0, 0] = 0  # at least one target per micro-batch
+    return x, labels
+
+
+def token_normalisation(
+    widths=(16, 32, 8), rows: int = 4, seq: int = 16, accumulation: int = 2, keep=(0.9, 0.2)
+) -> dict:
+    """One accumulated DDP step (`no_sync()` on all but the last micro-batch) of a token-level loss, where rank r
+    keeps a fraction `keep[r]` of its labels (the others are -100), so the ranks see different numbers of target
+    tokens. The summed token cross-entropy of each micro-batch is divided three ways before `backward()`:
+
+    - "rank's own token count": each rank's token mean; DDP's average then weighs every rank alike;
+    - "global token count": the count allreduced over the ranks; DDP's average divides once more by the ranks;
+    - "global count x ranks": what `transformers.Trainer` does (`average_tokens_across_devices`): the global
+      count, and the loss multiplied by the number of processes to undo DDP's average.
+
+    Returns, per way, the gradient's norm against one process's token mean over every rank's tokens, and the
+    relative difference of the two gradients; and the token counts."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    keep_rank = keep[rank % len(keep)]
+    batches = [_token_batch(rank, i, widths, rows, seq, keep_rank) for i in range(accumulation)]
+    local = sum(int((labels != -100).sum()) for _, labels in batches)
+    count = torch.tensor(local)
+    # the one extra collective: every rank needs the global count before its first backward
+    dist.all_reduce(count)
+    total = int(count)
+
+    def loss_sum(model, x, labels):
+        return F.cross_entropy(model(x).flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+
+    reference = _mlp(widths)  # one process: every rank's micro-batches, the token mean over all of them
+    everything = [
+        _token_batch(r, i, widths, rows, seq, keep[r % len(keep)])
+        for r in range(world)
+        for i in range(accumulation)
+    ]
+    (sum(loss_sum(reference, x, labels) for x, labels in everything) / total).backward()
+    g_ref = torch.cat([p.grad.flatten() for p in reference.parameters()])
+
+    divisors = {
+        "rank's own token count": local,
+        "global token count": total,
+        "global count x ranks": total / world,  # loss / total * world
+    }
+    result = {"rank": rank, "world_size": world, "local_tokens": local, "global_tokens": total, "ways": {}}
+    for way, divisor in divisors.items():
+        model = DDP(_mlp(widths))
+        for i, (x, labels) in enumerate(batches):
+            last = i == accumulation - 1
+            with contextlib.nullcontext() if last else model.no_sync():
+                (loss_sum(model, x, labels) / divisor).backward()
+        g = torch.cat([p.grad.flatten() for p in model.parameters()])
+        result["ways"][way] = {
+            "grad_norm_ratio": float(g.norm() / g_ref.norm()),
+            "relative_difference": float((g - g_ref).norm() / g_ref.norm()),
+        }
+    return result
+
+
+def sync_memory(widths=(256, 512, 512, 10), micro_batch: int = 16, accumulation: int = 4) -> dict:
+    """What skipping the gradient sync during accumulation costs in memory. For DDP and FSDP2 (every `Linear`
+    and the root `fully_shard`ed, as in `zero_memory`), an AdamW step over `accumulation` micro-batches, after a
+    warm-up step that creates the optimizer state, with the gradient sync on every backward or only on the last
+    (DDP: `no_sync()`; FSDP2: `set_requires_gradient_sync(False)`, which skips the reduce-scatter).
+
+    Returns, per strategy and way, this rank's live bytes after each micro-batch's backward
+    (`memlab.measure.track_memory`), and "held": the fewest bytes, after a micro-batch that is not the last, that
+    are neither parameters, optimizer state nor the inputs. After a backward no activation is left, so that is the
+    gradient memory kept from one micro-batch to the next: `.grad` (sharded under FSDP2 with the sync), DDP's
+    buckets, FSDP2's unsharded gradients without the sync (the fewest: a reduce-scatter buffer may still be
+    in flight right after a backward)."""
+
+    from memlab.measure import track_memory
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    batches = [_batch(rank, micro_batch, widths, i) for i in range(accumulation)]
+    result = {"rank": rank, "world_size": world, "accumulation": accumulation, "widths": list(widths)}
+    for strategy in ("ddp", "fsdp2"):
+        result[strategy] = {}
+        for way in ("sync every micro-batch", "sync on the last only"):
+            module, opt = _wrap(strategy, _mlp(widths))
+            F.cross_entropy(module(batches[0][0]), batches[0][1]).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            after = []
+            with track_memory(model=module, optimizer=opt, inputs=batches) as trace:
+                for i, (x, y) in enumerate(batches):
+                    skip = way == "sync on the last only" and i < accumulation - 1  # the last one syncs
+                    if strategy == "fsdp2":
+                        module.set_requires_gradient_sync(not skip)
+                        context = contextlib.nullcontext()
+                    else:
+                        context = module.no_sync() if skip else contextlib.nullcontext()
+                    with context:
+                        (F.cross_entropy(module(x), y) / accumulation).backward()
+                    after.append(trace.mark(f"micro-batch {i}"))
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            fixed = sum(x.nbytes + y.nbytes for x, y in batches)  # the inputs, alive throughout
+            held = [
+                m.current_bytes - m.by_category["parameters"] - m.by_category["optimizer state"] - fixed
+                for m in after[:-1]
+            ]
+            result[strategy][way] = {
+                "live_after_backward": [m.current_bytes for m in after],
+                "held": min(held),
+            }
+            del module, opt
+    return result
+
+
+JOBS = {
+    "no_sync": no_sync,
+    "scaler_order": scaler_order,
+    "zero_memory": zero_memory,
+    "token_normalisation": token_normalisation,
+    "sync_memory": sync_memory,
+}
 
 
 def _main(argv: list[str]) -> None:

@@ -1,6 +1,6 @@
 """memlab.distributed: DDP, ZeRO-1 and FSDP2 run for real on 2 CPU processes (gloo), started by torchrun.
 
-One launch runs every job (about 10 s on 2 cores); the tests read its results. The numbers asserted are exact
+One launch runs every job (about 20 s on 2 cores); the tests read its results. The numbers asserted are exact
 consequences of the set-up: the allreduce count is DDP's buckets times the micro-batches that sync, the per-rank
 bytes are ZeRO's partitions of the model's tensors (fp32 AdamW: 4 B per parameter for weights and gradients, 8 B
 for the moments, 4 B per `step` counter)."""
@@ -24,6 +24,8 @@ def runs():
             "scaler_order": {},
             "zero_memory": dict(widths=WIDTHS),
             "zero_memory#unwatched": dict(widths=WIDTHS, strategies=["fsdp2"], watch_resizes=False),
+            "token_normalisation": {},
+            "sync_memory": dict(widths=WIDTHS, accumulation=3),
         }
     )
 
@@ -78,6 +80,29 @@ def test_tracker_sees_fsdp2_free_its_gathered_parameters(runs):
         assert good["after_step"]["activations & temporaries"] == good["input_bytes"]
         assert bad["after_step"]["activations & temporaries"] > good["input_bytes"] + 4 * PSI // 2
         assert good["peak_bytes"] < bad["peak_bytes"]
+
+
+def test_token_normalisation_under_ddp_needs_the_global_count_times_the_ranks(runs):
+    for rank in runs["token_normalisation"]:
+        assert rank["global_tokens"] == sum(r["local_tokens"] for r in runs["token_normalisation"])
+        ways = rank["ways"]
+        # DDP averages the ranks' gradients: dividing by the global count leaves them world_size times too small
+        assert abs(ways["global token count"]["grad_norm_ratio"] - 1 / rank["world_size"]) < 1e-6
+        assert (
+            ways["global count x ranks"]["relative_difference"] < 1e-5
+        )  # Trainer's way: the global token mean
+        assert ways["rank's own token count"]["relative_difference"] > 0.1  # every rank weighed alike: wrong
+    assert runs["token_normalisation"][0]["local_tokens"] != runs["token_normalisation"][1]["local_tokens"]
+
+
+def test_skipping_the_sync_keeps_unsharded_gradients_under_fsdp2(runs):
+    for rank in runs["sync_memory"]:
+        ddp, fsdp2 = rank["ddp"], rank["fsdp2"]
+        # DDP holds whole gradients and their buckets either way: no_sync() costs no memory
+        assert ddp["sync every micro-batch"]["held"] == ddp["sync on the last only"]["held"] == 2 * 4 * PSI
+        # FSDP2 keeps its gradient shard when it reduce-scatters, the whole (unsharded) gradient when it does not
+        assert fsdp2["sync every micro-batch"]["held"] == 4 * PSI // 2
+        assert fsdp2["sync on the last only"]["held"] == 4 * PSI
 
 
 def test_a_failing_job_says_why():
