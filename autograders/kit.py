@@ -58,7 +58,7 @@ import types
 
 from autograders import wire
 from memlab.hardware import unmet_requirements
-from memlab.notebook import LessonMessage, unwritten_parts
+from memlab.notebook import LessonMessage, fill, unwritten_parts
 
 GRADING_ENV = "COURSE_GRADING"
 SEED_ENV = "COURSE_GRADING_SEED"
@@ -408,7 +408,7 @@ def check(name: str, points: float, *, rerun: bool = False):
             if verdict.not_graded:
                 raise NotGradedHere(verdict.message) from None
             if verdict.not_checked:
-                print(verdict.message)
+                print(fill(verdict.message))
                 return None
             if not verdict.passed:
                 raise CheckFailed(verdict.message) from None

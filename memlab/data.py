@@ -94,7 +94,9 @@ ensure_offline_if_no_network()
 def _say_fallback(what: str, instead: str) -> None:
     """The one visible line every fallback prints."""
     reason = "offline" if os.environ.get("HF_HUB_OFFLINE") == "1" else "download failed"
-    print(f"memlab.data: {what} not reachable ({reason}); using {instead}", flush=True)
+    from memlab.notebook import fill
+
+    print(fill(f"memlab.data: {what} not reachable ({reason}); using {instead}"), flush=True)
 
 
 def _shuffle_select(ds, n: int | None, seed: int):
@@ -386,9 +388,13 @@ def _make_tokenizer_cached(name: str, texts: tuple[str, ...] | None, vocab_size:
                 synthetic_lm_text("train", n=1_000)["text"]
             )
         tokenizer = train_bpe_tokenizer(texts, vocab_size=vocab_size)
+        from memlab.notebook import fill
+
         print(
-            f"memlab.data: tokenizer {name} not reachable (offline or gated); using a byte-level BPE "
-            f"with {len(tokenizer):,} tokens trained on {len(texts):,} local texts",
+            fill(
+                f"memlab.data: tokenizer {name} not reachable (offline or gated); using a byte-level BPE "
+                f"with {len(tokenizer):,} tokens trained on {len(texts):,} local texts"
+            ),
             flush=True,
         )
     if tokenizer.pad_token is None:

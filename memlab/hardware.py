@@ -143,7 +143,9 @@ def preflight(verbose: bool = True) -> dict:
         "gpu": gpu_info(),
     }
     if verbose:
-        print(format_preflight(report))
+        from memlab.notebook import fill
+
+        print(fill(format_preflight(report), sep=" | "))
     return report
 
 

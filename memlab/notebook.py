@@ -97,6 +97,24 @@ def is_written(obj) -> bool:
     return not parts
 
 
+def fill(text: str, width: int = WIDTH, indent: str = "  ", sep: str | None = None) -> str:
+    """`text` wrapped to the lessons' width (a laptop's JupyterLab shows about 110 characters of output), the lines
+    after the first indented; split only at `sep` when given (e.g. " | "), else at spaces."""
+    if sep is None:
+        return textwrap.fill(
+            text, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+        )
+    lines, line = [], ""
+    for piece in text.split(sep):
+        candidate = f"{line}{sep}{piece}" if line else piece
+        if line and len(candidate) > width:
+            lines.append(line + sep.rstrip())
+            line = indent + piece
+        else:
+            line = candidate
+    return "\n".join([*lines, line])
+
+
 def cell_key(source: str) -> str:
     """The key of a cell's recorded outputs: a hash of its source (so an edited cell has none)."""
     return hashlib.sha256(source.strip().encode("utf-8")).hexdigest()[:20]
