@@ -288,6 +288,17 @@ def test_e2_the_queue_device_runs_work_after_launch_returns():
     assert launched < 0.01 and done >= 0.05
 
 
+def test_e2_a_right_answer_passes_on_a_loaded_machine(no_gpu, monkeypatch, capsys):
+    """Sleeps that overshoot by up to 40 ms (a busy machine, e.g. a grader with many jobs) cost a right answer
+    nothing: the check expects the durations the calls really took, which it times itself."""
+    import random
+
+    real_sleep, rng = time.sleep, random.Random(3)
+    monkeypatch.setattr(time, "sleep", lambda seconds: real_sleep(seconds + rng.uniform(0.0, 0.04)))
+    assert check_time_step(time_step) is None
+    assert "✓ e2_time_step" in capsys.readouterr().out
+
+
 def test_e2_timing_the_warm_up_fails(no_gpu):
     def with_warmup(fn, warmup=2, repeats=5, sync=None):
         return time_step(fn, warmup=0, repeats=warmup + repeats, sync=sync)
@@ -680,7 +691,7 @@ def test_the_grading_kernel_computes_no_expected_value(strict_mode, no_gpu, monk
     monkeypatch.setattr(kit, "references", forbidden)
     for name in ("expected_peak", "observe_setup", "rebuilt_args", "_reference_train_peak"):
         monkeypatch.setattr(l06, name, forbidden)
-    monkeypatch.setattr(l06.TimedCase, "expected", property(forbidden))
+    monkeypatch.setattr(l06.TimedCase, "expected", forbidden)
     written = {
         check_find_peak: ("`find_peak` is written", find_peak),
         check_time_step: ("`time_step` is written", time_step),
