@@ -131,7 +131,13 @@ def _e1_public_cases():
             32,
             "fp32",
         ),
-        ("the same layer in bf16", tiny_llama_config(), 2, 32, "bf16"),
+        (
+            "tiny Llama (hidden 64, 4 heads, intermediate 172), batch 2, seq 32, bf16",
+            tiny_llama_config(),
+            2,
+            32,
+            "bf16",
+        ),
         (
             "hidden 96, 6 heads, intermediate 256, batch 1, seq 64, bf16",
             tiny_llama_config(

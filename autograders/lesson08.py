@@ -5,7 +5,7 @@ only the judge ever has it; what the learner's code returned or wrote is taken a
 shapes, tensors, the bytes of files).
 
 - `plan_for` (Exercise 8.1): the check simulates the learner's plan itself (`memlab.estimate.simulate_7b_lora_step`,
-  Llama-2-7B on the meta device under FakeTensorMode) and requires the lesson's rules: the peak fits the budget
+  Llama-2-7B on the meta device under FakeTensorMode, with transformers' default attention, sdpa) and requires the lesson's rules: the peak fits the budget
   (90% of the GPU), micro-batch x accumulation is the batch, no checkpointing where a plan fits without it, and no
   smaller micro-batch than the budget allows. What fits is decided by the check's own simulations (reference steps),
   never by the learner's numbers; cases too close to the budget to be decided robustly are not drawn (`E1_TOO_CLOSE`
@@ -24,7 +24,7 @@ shapes, tensors, the bytes of files).
 - `merged_weight` (Exercise 8.4): the learner's merge of LoRA layers with random A and B, against peft's own
   `get_delta_weight` on an identical layer built by the check.
 - `measure_lora_step` (Exercise 8.5): the learner's measurement of a one-layer Llama-2-7B on the CPU (the tracker's
-  exact bytes against the simulation), then, on a GPU with 24 GB, the full 32 layers (the allocator's peak against
+  exact bytes against the simulation), then, on a GPU with 20 GiB, the full 32 layers (the allocator's peak against
   the simulation). It measures, so under grading it is collected again in a fresh process (`rerun=True`).
 """
 
@@ -91,26 +91,7 @@ E1_DRAWN_SEQS = (256, 512, 768, 1024, 1536, 2048)
 #: the pairs of the drawn grid whose plan is decided within 3% of the budget (`expected_plan(gpu, seq)[1] < 0.03`):
 #: never drawn. Listed, so that the grading kernel draws its cases without simulating anything; the tests hold the
 #: list against the simulation.
-E1_TOO_CLOSE = frozenset(
-    {
-        (16, 256),
-        (16, 768),
-        (16, 1024),
-        (16, 1536),
-        (16, 2048),
-        (20, 1024),
-        (20, 1536),
-        (24, 512),
-        (24, 2048),
-        (32, 768),
-        (40, 1024),
-        (40, 1536),
-        (48, 256),
-        (64, 1536),
-        (96, 512),
-        (96, 2048),
-    }
-)
+E1_TOO_CLOSE = frozenset({(16, 256), (16, 768), (16, 1536), (20, 1024), (20, 2048)})
 
 
 def _peak(seq: int, micro_batch: int, checkpointing: bool) -> int:
@@ -222,12 +203,10 @@ def _judge_plan(plan: dict, want: dict | None, peak: int, *, case: str, gpu: flo
             "its forward for nothing."
         )
     if plan["micro_batch"] < want["micro_batch"]:
-        bigger = 2 * plan["micro_batch"]
-        bigger_peak = reference(lambda: _peak(seq, bigger, plan["checkpointing"]))
         raise CheckFailed(
-            f"case {case}: micro-batch {plan['micro_batch']} wastes the budget: micro-batch {bigger} fits too "
-            f"({bigger_peak / GiB:.2f} GiB <= {budget / GiB:.1f} GiB), with half "
-            "the accumulation steps."
+            f"case {case}: micro-batch {plan['micro_batch']} wastes the budget: it is not the largest of "
+            f"{MICRO_BATCHES} whose simulated peak fits {budget / GiB:.1f} GiB (90% of {gpu} GiB) with "
+            f"checkpointing={plan['checkpointing']}."
         )
 
 
@@ -835,7 +814,9 @@ def check_measure_lora_step(measure_lora_step) -> int:
     )
     gc.collect()
 
-    needs_hardware(cuda=True, min_gpu_gb=24, passed="the one-layer CPU stage passed")
+    # the GPU stage needs the simulated 13.25 GiB (seq 1024, micro-batch 1, checkpointing) plus the CUDA context:
+    # 20 GiB of reported capacity
+    needs_hardware(cuda=True, min_gpu_gb=20, passed="the one-layer CPU stage passed")
     case = "Llama-2-7B on the GPU, seq 1024, micro-batch 1, checkpointing"
     result = call(measure_lora_step, 1024, 1, True, layers=32, device="cuda", case=case)
     peak, _ = _expect_measurement(result, case=case)

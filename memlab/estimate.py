@@ -87,8 +87,9 @@ def activation_bytes(
     """Activation memory of a GPT-style transformer's layers in 16-bit training, no tensor/sequence parallelism.
 
     Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
-    (https://arxiv.org/abs/2205.05198), §4: per layer s·b·h·(34 + 5·a·s/h) bytes, where the 5·a·s/h term is the
-    attention scores, softmax and its dropout mask. "selective" recomputation (recompute only that attention core)
+    (https://arxiv.org/abs/2205.05198), §4.1: per layer s·b·h·(34 + 5·a·s/h) bytes, where the 5·a·s²·b term is the
+    softmax output (2 bytes per score), the dropout mask (1 byte) and the dropout output (2 bytes); the scores QKᵀ
+    themselves are not stored (the backward of QKᵀ needs Q and K). "selective" recomputation (recompute only that core)
     keeps 34·s·b·h; "full" recomputation keeps only each layer's 16-bit input, 2·s·b·h.
     Embeddings, the final norm and the logits are not included (the paper's §4.3 covers them).
     """
@@ -227,13 +228,20 @@ def simulate_7b_lora_step(
     checkpointing: bool,
     rank: int = 16,
     targets: tuple[str, ...] = ATTENTION_PROJECTIONS,
-    attn_implementation: str = "eager",
+    attn_implementation: str = "sdpa",
     layers: int = 32,
 ) -> LoraStepPeak:
     """The simulated peak of one LoRA training step of Llama-2-7B: bf16 base weights, LoRA of `rank` (alpha 2 x rank)
     on the `targets` of every layer, causal-LM loss on `micro_batch` sequences of `seq` tokens, AdamW on the adapters
     (fp32 state, as torch keeps it for bf16 parameters), activation checkpointing of every decoder layer if
     `checkpointing` (transformers' non-reentrant default).
+
+    `attn_implementation` defaults to what transformers builds a Llama with when none is asked for: "sdpa"
+    (`PreTrainedModel.get_correct_attn_implementation` in transformers/modeling_utils.py, transformers 5.x).
+    LlamaModel then passes no mask for a causal batch, and SDPA runs a fused kernel that saves no seq x seq matrix: on
+    a CPU, and so under this simulation, `aten._scaled_dot_product_flash_attention_for_cpu`; on a CUDA GPU flash or
+    memory-efficient attention. "eager" (memlab.models' default) computes the b·heads·s·s scores with ordinary ops and
+    keeps their fp32 softmax and its bf16 copy for backward.
 
     It runs `simulate_layer_stack` (two shallow simulations, exact for `layers` identical layers): about a second on a
     laptop, allocating nothing. Results are cached by argument, and immutable, so that a plan search and its check

@@ -114,8 +114,8 @@ def unmet_requirements(
                 needs.append(f"compute capability >= {min_capability[0]}.{min_capability[1]}")
                 found.append(f"{info['name']} (capability {info['capability'][0]}.{info['capability'][1]})")
             if min_gpu_gb and info["total_gb"] < min_gpu_gb:
-                needs.append(f"a GPU with >= {min_gpu_gb:g} GB")
-                found.append(f"{info['name']} with {info['total_gb']:.1f} GB")
+                needs.append(f"a GPU with >= {min_gpu_gb:g} GiB")
+                found.append(f"{info['name']} with {info['total_gb']:.1f} GiB")
     for name in packages:
         if not package_importable(name):
             needs.append(f"the package {name}")
@@ -130,7 +130,7 @@ def _gpu_detail(min_capability, min_gpu_gb) -> str:
     if min_capability:
         parts.append(f"compute capability >= {min_capability[0]}.{min_capability[1]}")
     if min_gpu_gb:
-        parts.append(f">= {min_gpu_gb:g} GB")
+        parts.append(f">= {min_gpu_gb:g} GiB")
     return f" ({', '.join(parts)})" if parts else ""
 
 

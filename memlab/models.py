@@ -52,7 +52,9 @@ LLAMA2_7B_PARAMETERS = 6_738_415_616
 # FakeTensorMode and on a GPU, and it matches Korthikanti et al. 2022's formula (the 5as/h term).
 # With "sdpa" PyTorch picks a fused kernel (flash, memory-efficient or math) by device, dtype and mask,
 # so the measured memory would depend on the backend. Pass attn_implementation="sdpa" to see the
-# saving of a fused kernel on a GPU.
+# saving of a fused kernel on a GPU. transformers itself defaults to "sdpa" when none is asked for (5.24:
+# modeling_utils.get_correct_attn_implementation): the course keeps "eager" on purpose, for the formula, and
+# lessons 04 and 08 plan and measure with "sdpa" beside it.
 DEFAULT_ATTENTION = "eager"
 
 _AUTO_CLASSES = {

@@ -1,8 +1,12 @@
-"""The few plots the lessons share: a memory timeline, stacked component bars, a trade-off curve."""
+"""The few plots the lessons share: a memory timeline, stacked component bars, a trade-off curve, and readable ticks
+on a log axis."""
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from memlab.measure import CATEGORIES, MemoryTrace
 
@@ -13,18 +17,32 @@ COLORS = dict(zip(CATEGORIES, ["#4C72B0", "#DD8452", "#55A868", "#C44E52"], stri
 def memory_timeline(
     trace: MemoryTrace, ax=None, title: str | None = None, unit: float = MiB, unit_name: str = "MiB"
 ):
-    """Live tensor bytes after every operator of a tracked block, with the marks as labelled vertical lines."""
+    """Live tensor bytes after every operator of a tracked block, with the marks as labelled vertical lines.
+
+    Each mark's label reads upwards from the bottom of the axes, right of its line, so none runs past the top;
+    when the next mark is close (an optimizer step and `zero_grad(set_to_none=True)`, which runs no operator, are a
+    few operators apart), the label goes left of its line instead, so the two never overlap."""
     ax = ax or plt.subplots(figsize=(8, 3.2))[1]
     steps = [i for i, _, _ in trace.timeline]
     live = [b / unit for _, _, b in trace.timeline]
     ax.plot(steps, live, lw=1.5, color="#4C72B0")
     ax.fill_between(steps, live, alpha=0.15, color="#4C72B0")
-    for i, name, b in trace.timeline:
-        if name.startswith("mark: "):
-            ax.axvline(i, color="grey", lw=0.8, ls="--")
-            ax.annotate(
-                name[6:], (i, b / unit), xytext=(3, 6), textcoords="offset points", fontsize=8, rotation=90
-            )
+    marks = [(i, name[6:]) for i, name, _ in trace.timeline if name.startswith("mark: ")]
+    close = 0.04 * (max(steps) - min(steps) if steps else 1)
+    for k, (i, label) in enumerate(marks):
+        ax.axvline(i, color="grey", lw=0.8, ls="--")
+        left = k + 1 < len(marks) and marks[k + 1][0] - i < close
+        ax.annotate(
+            label,
+            (i, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(-3 if left else 3, 4),
+            textcoords="offset points",
+            fontsize=8,
+            rotation=90,
+            ha="right" if left else "left",
+            va="bottom",
+        )
     peak_at = trace.peak_event
     ax.scatter(
         [peak_at[0]],
@@ -86,3 +104,43 @@ def tradeoff(points: dict[str, tuple[float, float]], xlabel: str, ylabel: str, a
     ax.set_title(title)
     ax.grid(alpha=0.3)
     return ax
+
+
+#: the mantissas tried for the ticks of a log axis, coarsest first: the first set that gives `min_ticks` ticks wins
+_LOG_MANTISSAS = (
+    (1,),
+    (1, 2, 5),
+    (1, 2, 3, 5),
+    (1, 1.5, 2, 3, 4, 5, 6, 8),
+    (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9),
+)
+
+
+def readable_log_axis(ax, axis: str = "y", min_ticks: int = 3) -> list[float]:
+    """Put the `axis` ("x" or "y") of `ax` on a log scale with at least `min_ticks` labelled ticks inside its current
+    limits, written as plain numbers (20, 50, 100; not 10^2), and no unlabelled minor ticks. Matplotlib's own log
+    locator labels only powers of ten, so a range like 12 to 140 shows a single label. Call it after plotting: the
+    ticks are chosen from the limits the data set. Returns the ticks."""
+    set_scale, get_lim, set_lim = (
+        (ax.set_yscale, ax.get_ylim, ax.set_ylim)
+        if axis == "y"
+        else (ax.set_xscale, ax.get_xlim, ax.set_xlim)
+    )
+    set_scale("log")
+    lo, hi = sorted(get_lim())
+    ticks: list[float] = []
+    for mantissas in _LOG_MANTISSAS:
+        ticks = [
+            m * 10.0**e
+            for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+            for m in mantissas
+            if lo <= m * 10.0**e <= hi
+        ]
+        if len(ticks) >= min_ticks:
+            break
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(FixedLocator(ticks))
+    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_locator(NullLocator())
+    set_lim(lo, hi)
+    return ticks

@@ -187,7 +187,7 @@ def merged_weight(layer) -> torch.Tensor:
 
 def measure_lora_step(seq, micro_batch, checkpointing, layers=32, device="cuda") -> dict:
     config = models.llama2_7b_config(num_hidden_layers=layers, use_cache=False)
-    model = models.build_model(config, dtype=torch.bfloat16, device=device)
+    model = models.build_model(config, dtype=torch.bfloat16, device=device, attn_implementation="sdpa")
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=TARGETS))
     if checkpointing:
         model.get_base_model().activation_checkpointing_enable()
@@ -244,12 +244,12 @@ def _variant(**changes):
     ("wrong", "expected"),
     [
         (_variant(order=(True,)), "checkpointing is on, but a micro-batch fits without it"),
-        (_variant(micro_batches=(1,)), "wastes the budget: micro-batch 2 fits too"),
-        (_variant(headroom=0.0), "more than the budget of 14.4 GiB (90% of 16 GiB)"),
+        (_variant(micro_batches=(1,)), "micro-batch 1 wastes the budget: it is not the largest"),
+        (_variant(headroom=0.0), "more than the budget of 36.0 GiB (90% of 40 GiB)"),
         (_variant(unit=1e9), 'plan["peak_gib"]'),
         (_variant(accumulation=1), "micro-batch x accumulation should be the batch of 16"),
         (lambda gpu_gb, seq: None, "you returned None (nothing fits), but a plan fits"),
-        (_variant(order=(False,)), "case 24 GiB, seq 1024: you returned None"),
+        (_variant(order=(False,)), "case 16 GiB, seq 512: you returned None"),
     ],
     ids=[
         "always-checkpointing",
@@ -270,7 +270,7 @@ def test_e1_the_expected_plans_are_decided_far_from_the_budget():
     for gpu, seq in l08.E1_PUBLIC:
         assert l08.expected_plan(gpu, seq)[1] > 0.03, (gpu, seq)
     assert l08.expected_plan(16, 4096)[0] is None
-    assert l08.expected_plan(24, 1024)[0] == {"checkpointing": True, "micro_batch": 8, "accumulation": 2}
+    assert l08.expected_plan(24, 1024)[0] == {"checkpointing": False, "micro_batch": 1, "accumulation": 16}
 
 
 @pytest.mark.slow
@@ -502,8 +502,8 @@ def test_e4_wrong_merges_fail(wrong, expected):
 
 def test_e5_passes_what_a_cpu_can_check(capsys, no_gpu):
     check_measure_lora_step(measure_lora_step)
-    out = capsys.readouterr().out
-    assert out.startswith("e5_measure_lora_step: NOT CHECKED HERE: needs a CUDA GPU (>= 24 GB)")
+    out = " ".join(capsys.readouterr().out.split())  # the kit wraps long messages
+    assert out.startswith("e5_measure_lora_step: NOT CHECKED HERE: needs a CUDA GPU (>= 20 GiB)")
 
 
 def test_e5_a_step_without_lora_fails(no_gpu):

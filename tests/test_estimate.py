@@ -153,12 +153,15 @@ def test_a_deep_stack_extrapolated_from_two_shallow_ones_equals_its_direct_simul
 
 def test_the_7b_lora_simulation_is_the_direct_simulation_of_that_model():
     """simulate_7b_lora_step(..., layers=3) is, to the byte, a direct simulation of a 3-layer Llama-2-7B with LoRA r=16
-    on q/k/v/o (bf16 base, AdamW): its cached result is immutable and shared by equal calls."""
+    on q/k/v/o (bf16 base, AdamW, sdpa attention): its cached result is immutable and shared by equal calls."""
     from peft import LoraConfig, get_peft_model
 
     def build():
         model = build_model(
-            llama2_7b_config(num_hidden_layers=3, use_cache=False), dtype=torch.bfloat16, device="meta"
+            llama2_7b_config(num_hidden_layers=3, use_cache=False),
+            dtype=torch.bfloat16,
+            device="meta",
+            attn_implementation="sdpa",
         )
         model = get_peft_model(
             model, LoraConfig(r=16, lora_alpha=32, target_modules=list(estimate.ATTENTION_PROJECTIONS))
@@ -176,3 +179,25 @@ def test_the_7b_lora_simulation_is_the_direct_simulation_of_that_model():
     assert isinstance(result.by_category, tuple)
     without = estimate.simulate_7b_lora_step(256, 1, False, layers=3)
     assert without.peak_bytes > result.peak_bytes
+
+
+def test_the_7b_lora_simulation_uses_the_attention_transformers_builds_by_default():
+    """Lesson 08 plans with the library's default: the simulator's default attention is what transformers picks when
+    none is asked for ("sdpa" in 5.x), and it keeps no seq x seq tensor, so at a long sequence it peaks far below
+    eager attention without checkpointing."""
+    import inspect
+
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        default = AutoModelForCausalLM.from_config(
+            llama2_7b_config(num_hidden_layers=1)
+        ).config._attn_implementation
+    assert (
+        inspect.signature(estimate.simulate_7b_lora_step).parameters["attn_implementation"].default == default
+    )
+    sdpa = estimate.simulate_7b_lora_step(1024, 1, False, layers=3)
+    eager = estimate.simulate_7b_lora_step(1024, 1, False, layers=3, attn_implementation="eager")
+    scores = 3 * 32 * 1024 * 1024 * (4 + 2)  # per layer: the fp32 softmax and its bf16 copy, b·heads·s·s each
+    # sdpa keeps its output and a log-sum-exp per row in their place: a few per cent of the scores at this length
+    assert 0.9 * scores <= eager.peak_bytes - sdpa.peak_bytes <= scores

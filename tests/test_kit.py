@@ -464,7 +464,7 @@ def test_needs_hardware_with_a_gpu_that_is_too_small(monkeypatch, learner_mode, 
 
     assert check_big(None) is None
     assert capsys.readouterr().out == (
-        "e9_big_gpu: NOT CHECKED HERE: needs a GPU with >= 24 GB, found Tesla T4 with 15.0 GB.\n"
+        "e9_big_gpu: NOT CHECKED HERE: needs a GPU with >= 24 GiB, found Tesla T4 with 15.0 GiB.\n"
     )
 
 
@@ -603,9 +603,9 @@ def test_unmet_requirements_without_a_gpu(no_gpu):
         "a CUDA GPU (compute capability >= 8.9)",
         "no CUDA GPU",
     )
-    assert hardware.unmet_requirements(min_gpu_gb=24) == ("a CUDA GPU (>= 24 GB)", "no CUDA GPU")
+    assert hardware.unmet_requirements(min_gpu_gb=24) == ("a CUDA GPU (>= 24 GiB)", "no CUDA GPU")
     assert hardware.unmet_requirements(cuda=True, min_capability=(9, 0), min_gpu_gb=40.5) == (
-        "a CUDA GPU (compute capability >= 9.0, >= 40.5 GB)",
+        "a CUDA GPU (compute capability >= 9.0, >= 40.5 GiB)",
         "no CUDA GPU",
     )
 
@@ -630,7 +630,7 @@ def test_unmet_requirements_with_a_gpu_too_old_and_too_small(monkeypatch):
         "compute capability >= 8.9",
         "Tesla T4 (capability 7.5)",
     )
-    assert hardware.unmet_requirements(min_gpu_gb=24) == ("a GPU with >= 24 GB", "Tesla T4 with 15.0 GB")
+    assert hardware.unmet_requirements(min_gpu_gb=24) == ("a GPU with >= 24 GiB", "Tesla T4 with 15.0 GiB")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks what this machine (no CUDA GPU) reports")
