@@ -10,8 +10,8 @@ tests use the keyboard and the toolbar as a learner does, and read what the page
 2. a wrong `decode` typed into the cell: the check's message is on the page, and no frame of the kit is;
 3. lesson 03 solved except the GPU-only Exercise 3.4 (still the stub): nbgrader's Validate button does not say
    "Success" and shows the failed check;
-4. lesson 07 as released, no exercise done: the Run menu's "Run All Cells" reaches the last cell (the cells that
-   stop are tagged `raises-exception`), the stopped sections show the model solution's recorded figures, and
+4. every lesson as released: the Run menu's "Run All Cells" reaches the last cell (the cells that stop are tagged
+   `raises-exception`), the stopped sections show the model solution's recorded outputs (lesson 07's figures), and
    JupyterLab asks nothing about Jupyter news.
 
 Screenshots go to the test's tmp folder (paths printed; `pytest -s` shows them). Skipped, with the reason, where
@@ -54,6 +54,7 @@ WRONG_DECODE = (
 )
 CELL_TIMEOUT_MS = 120_000
 VALIDATE_TIMEOUT_MS = 240_000
+RUN_ALL_TIMEOUT_MS = 300_000
 
 
 def _chromium() -> str:
@@ -270,24 +271,32 @@ def test_validate_button_reports_the_unsolved_gpu_exercise(lab, page, tmp_path):
         assert frame not in text, f"{frame!r} is visible in Validate's report:\n{text}"
 
 
-def test_run_all_reaches_the_end_of_an_unsolved_lesson(lab, page, tmp_path):
+@pytest.mark.parametrize(
+    "slug", sorted(p.name for p in LESSONS.iterdir() if (p / f"{p.name}.ipynb").is_file())
+)
+def test_run_all_reaches_the_end_of_an_unsolved_lesson(lab, page, tmp_path, slug):
+    """Every lesson as released (02 and 03 have a few exercises solved in this copy): the Run menu's "Run All Cells"
+    runs every code cell, the stopped sections show the model solution's recorded outputs, and no news toast."""
     from playwright.sync_api import expect
 
-    panel = open_notebook(page, lab, L07)
+    panel = open_notebook(page, lab, slug)
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
-    cells = served_cells(lab, L07)
+    cells = served_cells(lab, slug)
     last = max(i for i, c in enumerate(cells) if c["cell_type"] == "code")
     last_cell = panel.locator(".jp-Notebook .jp-Cell").nth(last)
     expect(last_cell.locator(".jp-InputPrompt")).to_have_text(
-        re.compile(r"\[\d+\]:"), timeout=CELL_TIMEOUT_MS
+        re.compile(r"\[\d+\]:"), timeout=RUN_ALL_TIMEOUT_MS
     )
-    shot(page, tmp_path, "5-lesson07-run-all")
+    shot(page, tmp_path, f"5-{slug}-run-all")
     prompts = panel.locator(".jp-Notebook .jp-CodeCell .jp-InputPrompt").all_text_contents()
     assert all(re.fullmatch(r"\[\d+\]:", p.strip()) for p in prompts), f"cells Run All did not run: {prompts}"
-    outputs = panel.locator(".jp-Notebook .jp-OutputArea")
-    assert "is not finished, so this cell stops" in " ".join(outputs.all_text_contents())
-    assert panel.locator(".jp-Notebook .jp-OutputArea img").count() >= 1, "no recorded figure is shown"
-    assert "ExerciseNeeded" in last_cell.locator(".jp-OutputArea").inner_text()
+    outputs = " ".join(panel.locator(".jp-Notebook .jp-OutputArea").all_text_contents())
+    if slug != L03:  # this copy of lesson 03 is solved but for its GPU exercise: none of its sections stops
+        assert "is not finished, so this cell stops" in outputs, (
+            "no stopped cell shows the model solution's output"
+        )
+    if slug == L07:  # its stopped sections are figures
+        assert panel.locator(".jp-Notebook .jp-OutputArea img").count() >= 1, "no recorded figure is shown"
     toasts = " ".join(page.locator(".Toastify__toast").all_inner_texts())
     assert "news" not in toasts.lower(), f"JupyterLab asks about news: {toasts}"
