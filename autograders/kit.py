@@ -58,9 +58,8 @@ import types
 
 from autograders import wire
 from memlab.hardware import unmet_requirements
-from memlab.notebook import LessonMessage, fill, unwritten_parts
+from memlab.notebook import GRADING_ENV, LessonMessage, fill, unwritten_parts
 
-GRADING_ENV = "COURSE_GRADING"
 SEED_ENV = "COURSE_GRADING_SEED"
 TRANSCRIPT_MIME = "application/vnd.memlab.transcript+json"
 

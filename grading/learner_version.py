@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from nbconvert.preprocessors import Preprocessor
+from nbgrader.utils import is_grade, is_solution
 from traitlets import Bool
 
 from memlab.notebook import cell_key
@@ -31,8 +32,7 @@ def uses_needs(cell) -> bool:
 
 
 def is_exercise_or_check(cell) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and bool(meta.get("solution") or meta.get("grade"))
+    return cell.cell_type == "code" and bool(is_solution(cell) or is_grade(cell))
 
 
 class TagCellsThatMayRaise(Preprocessor):
