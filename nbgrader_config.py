@@ -53,8 +53,8 @@ c.GenerateAssignment.preprocessors = [
 
 # ---- autograde / validate: running a notebook -------------------------------------------------------------------
 # Per cell. A cell that runs past it (an infinite loop) is interrupted: it errors and loses its exercise, and the
-# remaining cells still run. scripts/grade.py --timeout overrides it. 300 s: lesson 08's graded run trains a model
-# inside its check cell (about a minute alone on 2 cores, over two minutes when grade.py --jobs 2 shares them).
+# remaining cells still run. scripts/grade.py --timeout overrides it. 300 s: the longest cell grading runs is a
+# lesson's exercise or check on a shared 2-core machine (lesson 08's training is not run when grading, below).
 c.Execute.timeout = 300
 c.Execute.interrupt_on_timeout = True
 
@@ -65,7 +65,11 @@ c.Execute.interrupt_on_timeout = True
 # with the verdict (so stderr or a displayed value costs nothing). The seed of the drawn cases, the memory limit and
 # isolation are `c.GradingSettings.*` (scripts/grade.py sets them from its options). nbgrader puts back a check
 # cell a learner deleted (OverwriteCells.add_missing_cells) and restores an edited one from the gradebook.
+# SkipDemonstrations first comments out the lesson's own cells tagged `skip-when-grading` in its source, where the
+# submission's code is exactly theirs: demonstrations no check depends on, such as lesson 08's training of the graded
+# run (handed in with the notebook and evaluated, not trained again) (grading/demonstrations.py).
 c.Autograde.autograde_preprocessors = [
+    "grading.demonstrations.SkipDemonstrations",
     "grading.autograde.SandboxedExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",

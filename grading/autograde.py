@@ -58,6 +58,9 @@ class GradingSettings(Configurable):
         config=True
     )
     isolate = Bool(True, help="run submissions sandboxed (never switch off for credit)").tag(config=True)
+    run_demonstrations = Bool(
+        False, help="also run the cells a lesson tags skip-when-grading (grading/demonstrations.py)"
+    ).tag(config=True)
     kit_dir = Unicode(
         "", help="a prepared copy of the kit the kernels import (default: made per process)"
     ).tag(config=True)

@@ -350,6 +350,12 @@ def parse_args(argv):
     )
     parser.add_argument("--merge", type=Path, nargs="+", metavar="CSV", help="join shard CSVs into --out")
     parser.add_argument(
+        "--run-demonstrations",
+        action="store_true",
+        help="also run the lessons' demonstrations that grading leaves out (cells tagged skip-when-grading): "
+        "slower, the same scores; CI's drift check uses it to run every cell of every solution once",
+    )
+    parser.add_argument(
         "--no-isolation",
         action="store_true",
         help="grade without the sandbox (only where bubblewrap cannot run, never for credit)",
@@ -467,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
                         memory_gb=args.memory_limit,
                         threads=threads,
                         isolate=not args.no_isolation,
+                        run_demonstrations=args.run_demonstrations,
                     )
                 )
         results = {}

@@ -10,6 +10,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: What a lesson's run writes next to its notebook for the learner to hand in with it: lesson 08's graded run
+#: (run.json and the trained adapter), which the grader evaluates instead of training again. Never part of a lesson's
+#: source or release: a model solution's run, left in solutions/ by executing the solution there, must not reach
+#: learners (scripts/build_lessons.py, scripts/release.py) nor replace a submission's own (`prepare_course`). In a
+#: submission it is copied with the notebook like any other file.
+HANDED_IN = ("capstone-run",)
+
 
 class CourseError(Exception):
     """The course itself cannot be prepared (not the fault of any submission)."""
@@ -70,7 +77,7 @@ def prepare_course(run: Path, solutions: Path, lessons: list[str]) -> Path:
     course.mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
     for slug in lessons:
-        ignore = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
+        ignore = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", *HANDED_IN)
         shutil.copytree(solutions / slug, course / "solutions" / slug, ignore=ignore)
     api = nbgrader_api(course)
     for slug in lessons:

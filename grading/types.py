@@ -23,6 +23,7 @@ class Task:
     memory_gb: float
     threads: int
     isolate: bool
+    run_demonstrations: bool = False  # run the cells a lesson tags skip-when-grading too
 
     @property
     def result_path(self) -> Path:

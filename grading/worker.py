@@ -116,6 +116,7 @@ def grade(task: Task) -> Result:
             "GradingSettings.memory_gb": task.memory_gb,
             "GradingSettings.threads": task.threads,
             "GradingSettings.isolate": task.isolate,
+            "GradingSettings.run_demonstrations": task.run_demonstrations,
             "GradingSettings.kit_dir": task.kit_dir,
         },
     )

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from grading.course import ROOT, lesson_dirs, load_config
+from grading.course import HANDED_IN, ROOT, lesson_dirs, load_config
 from grading.learner_version import model_outputs
 from memlab.notebook import MODEL_OUTPUTS
 
@@ -83,7 +83,8 @@ def render(solutions: Path = ROOT / "solutions", config=None) -> dict[str, bytes
                 }
                 output, _ = exporter.from_filename(str(path), resources=resources)
                 released[f"{slug}/{path.name}"] = output.encode("utf-8")
-            for filename in sorted(find_all_files(str(lesson), coursedir.ignore + ["*.ipynb"])):
+            # a run the solution left in its folder (HANDED_IN) is the model answer's: never released
+            for filename in sorted(find_all_files(str(lesson), coursedir.ignore + ["*.ipynb", *HANDED_IN])):
                 relative = Path(filename).relative_to(lesson).as_posix()
                 released[f"{slug}/{relative}"] = Path(filename).read_bytes()
     finally:

@@ -14,11 +14,15 @@ included) is kept, no timings are recorded. A notebook whose run fails is left u
 cells tagged `raises-exception` may raise. Afterwards run scripts/build_lessons.py (outputs never reach lessons/,
 but anything a notebook writes into its folder would be released with it).
 
-`--check` is the same run for CI's drift check (.ci/run: the newest torch / transformers / peft a plain install
-brings): each notebook executes in memory, in a temporary copy of its folder, so nothing under solutions/ is
-written. It prints each notebook's time and slowest cell, and for a failing notebook the cell (index, nbgrader
+`--check` is the same run without writing: each notebook executes in memory, in a temporary copy of its folder, so
+nothing under solutions/ is written (for trying a new environment, e.g. the newest torch / transformers / peft a
+plain install brings; CI's drift check grades the solutions with every cell run instead: .ci/run). It prints each notebook's time and slowest cell, and for a failing notebook the cell (index, nbgrader
 grade_id, first line) and its error; it also checks that the kernel is this script's own Python, so the versions
 tested are the environment's. Exit status 1 if any notebook failed.
+
+Executed in place, lesson 08's solution writes its graded run (`capstone-run/`, grading.course.HANDED_IN) next to the
+notebook; it is moved to tests/fixtures/handed-in/08-capstone-7b-lora/, where the grading tests hand it in with the
+solved notebook (it is the run the committed outputs show).
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
+# the run a solution writes for the learner to hand in (grading.course.HANDED_IN: lesson 08's capstone-run/) is moved
+# out of solutions/ to here after the solution executed: the grading tests hand it in with the solved notebook, so
+# that it matches the committed outputs, and solutions/ never holds a model answer that could be released
+HANDED_IN_RUNS = ROOT / "tests" / "fixtures" / "handed-in"
 
 
 def notebooks(names: list[str]) -> list[Path]:
@@ -86,7 +94,33 @@ def execute(path: Path, timeout: int) -> float:
         if saved is not None:
             os.environ["MPLBACKEND"] = saved
     nbformat.write(nb, path)
+    keep_handed_in(path.parent)
     return seconds
+
+
+def hand_in(slug: str, folder: Path) -> list[str]:
+    """Copy into `folder` (a submission's lesson folder) what the model solution handed in with its notebook
+    (HANDED_IN_RUNS/<slug>/: lesson 08's capstone-run/); the names copied."""
+    source = HANDED_IN_RUNS / slug
+    if not source.is_dir():
+        return []
+    shutil.copytree(source, folder, dirs_exist_ok=True)
+    return sorted(p.name for p in source.iterdir())
+
+
+def keep_handed_in(lesson: Path) -> list[Path]:
+    """Move what the executed solution wrote for handing in (HANDED_IN) from `lesson` to HANDED_IN_RUNS/<slug>/."""
+    from grading.course import HANDED_IN
+
+    moved = []
+    for name in HANDED_IN:
+        if (lesson / name).is_dir():
+            target = HANDED_IN_RUNS / lesson.name / name
+            shutil.rmtree(target, ignore_errors=True)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(lesson / name, target)
+            moved.append(target)
+    return moved
 
 
 # run in the kernel after the notebook's own cells (check mode only): which Python and which versions it ran

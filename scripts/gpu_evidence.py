@@ -700,14 +700,16 @@ def gpu_checks(solutions: Path, slug: str) -> dict[str, list[str]]:
 
 
 def build_submissions(solutions: Path, slugs: list[str], folder: Path) -> None:
-    """`solved` hands in the solution notebook, `blank` the learner version nbgrader makes of it."""
+    """`solved` hands in the solution notebook (and lesson 08's run), `blank` the learner version nbgrader makes."""
     import build_lessons
+    from execute_solutions import hand_in
 
     released = build_lessons.render(solutions)
     for slug in slugs:
         notebook = f"{slug}.ipynb"
         (folder / "solved" / slug).mkdir(parents=True)
         shutil.copy(solutions / slug / notebook, folder / "solved" / slug / notebook)
+        hand_in(slug, folder / "solved" / slug)  # lesson 08: the run the solution trained, handed in with it
         (folder / "blank" / slug).mkdir(parents=True)
         (folder / "blank" / slug / notebook).write_bytes(released[f"{slug}/{notebook}"])
 

@@ -49,31 +49,80 @@ def no_gpu(monkeypatch):
 
 
 # ---- the nbgrader pipeline: one grading run of the real lessons, shared by test_grading_roundtrip.py and
-# test_learner_versions.py (each lesson is executed twice in all: solved and blank) ----------------------------------
+# test_learner_versions.py (each lesson is executed twice in all: solved and blank). Under pytest-xdist the two files
+# may run on different workers: the first to ask grades, under a file lock in the run's shared temporary folder, and
+# the other reads what it kept, so the lessons are graded once per test run. ----------------------------------------
+
+
+#: CI's drift check grades with --run-demonstrations: every cell of every solution then runs once there, graded (no
+#: cell may error: tests/test_grading_roundtrip.py), instead of once executed and once graded
+RUN_DEMONSTRATIONS = os.environ.get("MEMLAB_TEST_RUN_DEMONSTRATIONS") == "1"
+
+
+def _shared_tmp(tmp_path_factory) -> Path:
+    """The temporary folder every xdist worker of this run shares (the run's own folder without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture(scope="session")
 def real_grading(tmp_path_factory):
-    """scripts/grade.py on every lesson in solutions/ with two students: `solved` submits the solution notebook,
-    `blank` the learner version (built from the same snapshot of solutions/). Kept: the CSV rows, the nbgrader course
-    with every submission (`course`; `autograded(student, lesson)` is the path of an autograded notebook) and the
-    script's output."""
+    """scripts/grade.py on every lesson in solutions/ with two students: `solved` submits the solution notebook (and
+    lesson 08's run), `blank` the learner version (built from the same snapshot of solutions/). Kept: the CSV rows,
+    the nbgrader course with every submission (`course`; `autograded(student, lesson)` is the path of an autograded
+    notebook) and the script's output."""
+    import fcntl
+    import json
+
+    tmp = _shared_tmp(tmp_path_factory) / "real-grading"
+    tmp.mkdir(exist_ok=True)
+    with open(tmp.parent / "real-grading.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        record = tmp / "graded.json"
+        if not record.is_file():
+            record.write_text(json.dumps(_grade_real_lessons(tmp)))
+        graded = json.loads(record.read_text())
+    if graded.get("skip"):
+        pytest.skip(graded["skip"])
+    assert graded["returncode"] == 0, f"scripts/grade.py failed:\n{graded['stdout']}\n{graded['stderr']}"
+    course = tmp / "course" / "course"
+    return SimpleNamespace(
+        run_demonstrations=RUN_DEMONSTRATIONS,
+        slugs=graded["slugs"],
+        solutions=tmp / "solutions",
+        rows=graded["rows"],
+        course=course,
+        autograded=lambda student, slug: next(
+            (course / "autograded").glob(f"s*-{student}/{slug}/{slug}.ipynb")
+        ),
+        stdout=graded["stdout"],
+        stderr=graded["stderr"],
+    )
+
+
+def _grade_real_lessons(tmp: Path) -> dict:
+    """Grade the real lessons into `tmp`; what `real_grading` keeps, as JSON-able data."""
+    from execute_solutions import hand_in
     from nbgrader_pipeline import SOLUTIONS, build_lessons, lesson_slugs, run_grade
+
+    from grading.course import HANDED_IN
 
     slugs = lesson_slugs()
     if not slugs:
-        pytest.skip("no lesson in solutions/ yet")
-    tmp = tmp_path_factory.mktemp("real-grading")
+        return {"skip": "no lesson in solutions/ yet"}
     snapshot = tmp / "solutions"  # lessons are being edited while tests run: grade exactly what was built
     for slug in slugs:
         shutil.copytree(
-            SOLUTIONS / slug, snapshot / slug, ignore=shutil.ignore_patterns(".ipynb_checkpoints")
+            SOLUTIONS / slug, snapshot / slug, ignore=shutil.ignore_patterns(".ipynb_checkpoints", *HANDED_IN)
         )
     released = build_lessons.render(snapshot)
     submissions = tmp / "submissions"
     for slug in slugs:
         (submissions / "solved" / slug).mkdir(parents=True)
         shutil.copy(snapshot / slug / f"{slug}.ipynb", submissions / "solved" / slug / f"{slug}.ipynb")
+        hand_in(
+            slug, submissions / "solved" / slug
+        )  # lesson 08: the run the solution trained, handed in with it
         (submissions / "blank" / slug).mkdir(parents=True)
         (submissions / "blank" / slug / f"{slug}.ipynb").write_bytes(released[f"{slug}/{slug}.ipynb"])
     if "02-numeric-formats" in slugs:  # a learner whose ulp calls the grader's own reference implementation
@@ -98,16 +147,22 @@ def real_grading(tmp_path_factory):
         str(tmp / "course"),
         "--jobs",
         "2",
+        *(["--run-demonstrations"] if RUN_DEMONSTRATIONS else []),
     )
-    assert proc.returncode == 0, f"scripts/grade.py failed:\n{proc.stdout}\n{proc.stderr}"
-    return SimpleNamespace(
-        slugs=slugs,
-        solutions=snapshot,
-        rows=rows,
-        course=tmp / "course" / "course",
-        autograded=lambda student, slug: next(
-            (tmp / "course" / "course" / "autograded").glob(f"s*-{student}/{slug}/{slug}.ipynb")
-        ),
-        stdout=proc.stdout,
-        stderr=proc.stderr,
-    )
+    return {
+        "slugs": slugs,
+        "rows": rows,
+        "returncode": proc.returncode,
+        "stdout": proc.stdout,
+        "stderr": proc.stderr,
+    }
+
+
+# ---- tiers: `-m "not slow"` is the fast tier (README, Develop) ----------------------------------------------------
+
+
+def pytest_collection_modifyitems(config, items):
+    """nbval's items execute a solution notebook: they belong to the full tier, with every test marked slow."""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)

@@ -24,6 +24,7 @@ FIXTURE_SOLUTIONS = ROOT / "tests" / "fixtures" / "minicourse" / "solutions"
 sys.path.insert(0, str(SCRIPTS))
 import build_lessons  # noqa: E402
 
+from grading.course import HANDED_IN  # noqa: E402
 from grading.course import graded_cells as course_graded_cells  # noqa: E402
 
 #: what ClearSolutions puts in place of a solution (nbgrader_config.py)
@@ -56,7 +57,9 @@ def copy_course(solutions: Path, course: Path, slugs: list[str] | None = None) -
     course.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
     for slug in slugs if slugs is not None else lesson_slugs(solutions):
-        shutil.copytree(solutions / slug, course / "solutions" / slug)
+        shutil.copytree(
+            solutions / slug, course / "solutions" / slug, ignore=shutil.ignore_patterns(*HANDED_IN)
+        )
     return course
 
 

@@ -1,21 +1,24 @@
 """Lesson 08's checks pass the solution and fail realistic wrong answers with a helpful message.
 
-The right answers and the lesson's helpers (`encode`, `train_lora`, `evaluate_accuracy`, `CAPSTONE`) are copied from
-solutions/08-capstone-7b-lora/08-capstone-7b-lora.ipynb. The graded run (Exercise 8.3) trains once per session
-(about half a minute); its wrong answers reuse that run's files. Every check is also run the grading way (collect in
+The right answers are copied from solutions/08-capstone-7b-lora/08-capstone-7b-lora.ipynb. The graded run (Exercise
+8.3) is never trained here: the check evaluates the run handed in, and the tests hand in the one the solution notebook
+wrote (tests/fixtures/handed-in/, kept by scripts/execute_solutions.py), or a copy of it with a wrong detail. Every check is also run the grading way (collect in
 the kernel, then judge without the learner's objects: the `strict_mode` fixture), with its right answer and with wrong
 ones that must fail with the message a learner sees.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import inspect
 import json
 import shutil
-import statistics
+import textwrap
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 from check_helpers import failure
@@ -24,7 +27,7 @@ from safetensors.torch import load_file, save_file
 
 import autograders.kit as kit
 import autograders.lesson08 as l08
-from autograders.kit import NotGradedHere
+from autograders.kit import CheckFailed, NotGradedHere
 from autograders.lesson08 import (
     BATCH,
     HEADROOM,
@@ -35,12 +38,15 @@ from autograders.lesson08 import (
     check_merged_weight,
     check_plan_for,
 )
-from memlab import data, estimate, models
-from memlab.measure import measure_training_step, track_memory
+from memlab import estimate, models
+from memlab.measure import measure_training_step
 
 pytestmark = pytest.mark.usefixtures("learner_mode")
 
 GiB = 1024**3
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "08-capstone-7b-lora" / "08-capstone-7b-lora.ipynb"
+HANDED_IN_RUN = ROOT / "tests" / "fixtures" / "handed-in" / "08-capstone-7b-lora" / "capstone-run"
 DEVICE = torch.device("cpu")
 TARGETS = list(estimate.ATTENTION_PROJECTIONS)
 
@@ -77,106 +83,6 @@ def add_lora(model, rank: int):
         task_type="SEQ_CLS" if classifier else "CAUSAL_LM",
     )
     return get_peft_model(model, config)
-
-
-def encode(ds, tokenizer, seq):
-    tokenizer.truncation_side = "left"
-    enc = tokenizer(
-        list(ds["text"]), max_length=seq, truncation=True, padding="max_length", return_tensors="pt"
-    )
-    return {
-        "input_ids": enc["input_ids"],
-        "attention_mask": enc["attention_mask"],
-        "labels": torch.tensor(list(ds["label"])),
-    }
-
-
-def train_lora(model, tensors, *, micro_batch, accumulation, checkpointing, steps, lr, dtype=torch.bfloat16):
-    if checkpointing:
-        model.get_base_model().activation_checkpointing_enable()
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / 10) * max(0.0, 1 - s / steps)
-    )
-    generator = torch.Generator().manual_seed(0)
-    losses, seconds = [], []
-    model.train()
-    for _ in range(steps):
-        start = time.perf_counter()
-        step_loss = 0.0
-        for _ in range(accumulation):
-            rows = torch.randint(0, len(tensors["input_ids"]), (micro_batch,), generator=generator)
-            batch = {key: value[rows] for key, value in tensors.items()}
-            with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
-                loss = model(**batch).loss / accumulation
-            loss.backward()
-            step_loss += loss.item()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        seconds.append(time.perf_counter() - start)
-        losses.append(step_loss)
-    if checkpointing:
-        model.get_base_model().activation_checkpointing_disable()
-    return losses, seconds
-
-
-def evaluate_accuracy(model, tensors, batch=64):
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for i in range(0, len(tensors["labels"]), batch):
-            logits = model(
-                input_ids=tensors["input_ids"][i : i + batch],
-                attention_mask=tensors["attention_mask"][i : i + batch],
-            ).logits
-            correct += int((logits.argmax(-1) == tensors["labels"][i : i + batch]).sum())
-    return correct / len(tensors["labels"])
-
-
-CAPSTONE = dict(
-    rank=16,
-    alpha=32,
-    target_modules=TARGETS,
-    seq=128,
-    micro_batch=8,
-    accumulation=2,
-    checkpointing=True,
-    dtype="bf16",
-    lr=2e-3,
-    steps=150,
-)
-
-
-def run_capstone(run_dir: Path, capstone: dict = CAPSTONE) -> dict:
-    torch.manual_seed(0)
-    train, test = data.load_imdb("train", n=2_000), data.load_imdb("test", n=256)
-    base, tokenizer = models.load_tiny_base("seq-cls", device=DEVICE)
-    model = add_lora(base, capstone["rank"])
-    train_set, test_set = encode(train, tokenizer, capstone["seq"]), encode(test, tokenizer, capstone["seq"])
-    settings = {key: capstone[key] for key in ("micro_batch", "accumulation", "checkpointing", "steps", "lr")}
-    with track_memory(model=model) as train_trace:
-        losses, seconds = train_lora(model, train_set, **settings, dtype=torch.bfloat16)
-    with track_memory(model=model) as eval_trace:
-        accuracy = evaluate_accuracy(model, test_set)
-    run_dir = Path(run_dir)
-    model.save_pretrained(run_dir / "adapter")
-    run = {
-        "model": models.TINY_BASE.name,
-        "task": "imdb",
-        "device": DEVICE.type,
-        "config": capstone,
-        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "total_parameters": sum(p.numel() for p in model.parameters()),
-        "peak_bytes": {"train": train_trace.peak_bytes, "eval": eval_trace.peak_bytes},
-        "step_time_s": statistics.median(seconds[1:]),
-        "loss_curve": losses,
-        "eval": {"accuracy": accuracy, "n": len(test)},
-    }
-    (run_dir / "run.json").write_text(json.dumps(run, indent=1))
-    return run
 
 
 def merged_weight(layer) -> torch.Tensor:
@@ -356,35 +262,49 @@ def test_e2_each_side_of_a_case_builds_the_same_base(strict_mode):
 
 
 @pytest.fixture(scope="module")
-def good_run(tmp_path_factory):
-    """The solution's run, once (about 30 s): its folder."""
-    folder = tmp_path_factory.mktemp("good-run")
-    run_capstone(folder)
-    return folder
+def good_run():
+    """The model solution's run, as the solution notebook wrote it and a learner hands it in (kept by
+    scripts/execute_solutions.py in tests/fixtures/handed-in/): nothing is trained here."""
+    assert HANDED_IN_RUN.joinpath("run.json").is_file(), (
+        f"no {HANDED_IN_RUN}: run python scripts/execute_solutions.py 08-capstone-7b-lora"
+    )
+    return HANDED_IN_RUN
 
 
-def _replay(good_run):
-    def replay(run_dir):  # the good run, copied: the same content
-        shutil.copytree(good_run, run_dir, dirs_exist_ok=True, copy_function=shutil.copyfile)
-        return json.loads((Path(run_dir) / "run.json").read_text())
+def _handed_in(good_run, run_dir: Path, edit=None) -> Path:
+    """A copy of the good run in `run_dir`, its run.json changed by `edit`."""
+    shutil.copytree(good_run, run_dir, dirs_exist_ok=True, copy_function=shutil.copyfile)
+    if edit is not None:
+        run = json.loads((run_dir / "run.json").read_text())
+        edit(run)
+        (run_dir / "run.json").write_text(json.dumps(run))
+    return run_dir
 
-    return replay
+
+def _check_fails(run_dir: Path) -> str:
+    with pytest.raises(CheckFailed) as caught:
+        check_graded_run(run_dir)
+    return str(caught.value)
 
 
 def test_e3_the_solution_passes(good_run, tmp_path, capsys):
-    check_graded_run(_replay(good_run), tmp_path / "run")
+    check_graded_run(_handed_in(good_run, tmp_path / "run"))
     assert "✓ e3_graded_run: 1 case passed" in capsys.readouterr().out
 
 
-def _edited(good_run, edit):
-    def wrong(run_dir):
-        shutil.copytree(good_run, run_dir, dirs_exist_ok=True, copy_function=shutil.copyfile)
-        run = json.loads((Path(run_dir) / "run.json").read_text())
-        edit(run)
-        (Path(run_dir) / "run.json").write_text(json.dumps(run))
-        return run
-
-    return wrong
+def test_e3_the_handed_in_run_is_the_committed_solution_s(good_run):
+    """The fixture is the run the committed solution notebook printed (same accuracy), with the lesson's config."""
+    run = json.loads((good_run / "run.json").read_text())
+    nb = nbformat.read(SOLUTION, as_version=4)
+    printed = "".join(
+        o.get("text", "")
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "stream"
+    )
+    assert f"accuracy {run['eval']['accuracy']:.3f} on {run['eval']['n']} test reviews" in printed
+    assert run["config"]["rank"] == 16 and run["model"] == models.TINY_BASE.name
 
 
 def _set(path, value):
@@ -397,63 +317,75 @@ def _set(path, value):
     return edit
 
 
-@pytest.mark.parametrize(
-    ("edit", "expected"),
-    [
-        (
-            _set(("eval", "accuracy"), lambda a: a + 0.1),
-            "the reported accuracy against the check's own evaluation",
-        ),
-        (_set(("trainable_parameters",), lambda n: n * 2), 'run.json["trainable_parameters"]'),
-        (_set(("total_parameters",), lambda n: n - 65_792), 'run.json["total_parameters"]'),
-        (_set(("peak_bytes", "train"), lambda b: b * 3), "from a simulated step of the same configuration"),
-        (_set(("loss_curve",), lambda c: c[:10]), "one value per optimizer step"),
-        (_set(("loss_curve",), lambda c: c[::-1]), "the loss did not go down"),
-        (_set(("config", "rank"), 8), "is not the configuration run.json reports"),
-        (_set(("device",), "cuda"), "this run was on 'cpu'"),
-        (_set(("eval", "n"), 100), "evaluate on the first 256 test reviews"),
-    ],
-    ids=["accuracy", "trainable", "total", "peak", "short-curve", "rising-curve", "rank", "device", "n"],
-)
+E3_EDITS = [
+    (
+        _set(("eval", "accuracy"), lambda a: a + 0.1),
+        "the reported accuracy against the check's own evaluation",
+    ),
+    (_set(("trainable_parameters",), lambda n: n * 2), 'run.json["trainable_parameters"]'),
+    (_set(("total_parameters",), lambda n: n - 65_792), 'run.json["total_parameters"]'),
+    (_set(("peak_bytes", "train"), lambda b: b * 3), "from a simulated step of the same configuration"),
+    (_set(("loss_curve",), lambda c: c[:10]), "one value per optimizer step"),
+    (_set(("loss_curve",), lambda c: c[::-1]), "the loss did not go down"),
+    (_set(("config", "rank"), 8), "is not the configuration run.json reports"),
+    (_set(("device",), "tpu"), "it should be one of ('cpu', 'cuda')"),
+    (_set(("eval", "n"), 100), "evaluate on the first 256 test reviews"),
+]
+E3_IDS = ["accuracy", "trainable", "total", "peak", "short-curve", "rising-curve", "rank", "device", "n"]
+
+
+@pytest.mark.parametrize(("edit", "expected"), E3_EDITS, ids=E3_IDS)
 def test_e3_a_run_that_does_not_match_what_it_reports_fails(good_run, tmp_path, edit, expected):
-    assert expected in failure(lambda f: check_graded_run(f, tmp_path / "run"), _edited(good_run, edit))
+    assert expected in _check_fails(_handed_in(good_run, tmp_path / "run", edit))
 
 
-def test_e3_a_returned_dict_other_than_the_file_fails(good_run, tmp_path):
-    def wrong(run_dir):
-        shutil.copytree(good_run, run_dir, dirs_exist_ok=True, copy_function=shutil.copyfile)
-        run = json.loads((Path(run_dir) / "run.json").read_text())
-        run["step_time_s"] = 0.001
-        return run
+def test_e3_a_run_made_on_a_gpu_is_evaluated_on_the_cpu(good_run, tmp_path, capsys):
+    """A run trained on a GPU and graded on a CPU: its allocator peak is not compared with the CPU simulation, the
+    rest is checked as for any run."""
+    check_graded_run(_handed_in(good_run, tmp_path / "run", _set(("device",), "cuda")))
+    assert "✓ e3_graded_run" in capsys.readouterr().out
 
-    message = failure(lambda f: check_graded_run(f, tmp_path / "run"), wrong)
-    assert "is not what it wrote to run.json" in message
+
+def test_e3_no_run_handed_in_says_what_to_run_and_hand_in(tmp_path):
+    message = _check_fails(tmp_path / "capstone-run")
+    assert "run_capstone(RUN_DIR)" in message and "Hand that folder in with the notebook" in message
+
+
+def test_e3_a_run_json_that_is_not_json_or_not_a_dict_fails(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.json").write_text("{not json")
+    assert "is not valid JSON" in _check_fails(tmp_path / "run")
+    (tmp_path / "run" / "run.json").write_text("[1, 2]")
+    assert "run.json" in _check_fails(tmp_path / "run")
 
 
 def test_e3_an_accuracy_below_the_bar_fails(good_run, tmp_path, monkeypatch):
     """An honest run below the bar: every count matches, the accuracy is re-evaluated, and it is too low."""
     monkeypatch.setattr(l08, "ACCURACY_BAR", 0.99)
-    message = failure(lambda f: check_graded_run(f, tmp_path / "run"), _edited(good_run, lambda run: None))
-    assert "the bar is 0.99" in message
+    assert "the bar is 0.99" in _check_fails(_handed_in(good_run, tmp_path / "run"))
 
 
 def test_e3_an_adapter_other_than_the_one_evaluated_fails(good_run, tmp_path):
     """The check evaluates the weights handed in, not the reported accuracy: untrained adapters (B = 0) next to the
     trained run's run.json."""
-
-    def untrained(run_dir):
-        run = _replay(good_run)(run_dir)
-        weights_file = Path(run_dir) / "adapter" / "adapter_model.safetensors"
-        weights = load_file(weights_file)
-        save_file({k: torch.zeros_like(v) if "lora_B" in k else v for k, v in weights.items()}, weights_file)
-        return run
-
-    message = failure(lambda f: check_graded_run(f, tmp_path / "run"), untrained)
+    run_dir = _handed_in(good_run, tmp_path / "run")
+    weights_file = run_dir / "adapter" / "adapter_model.safetensors"
+    weights = load_file(weights_file)
+    save_file({k: torch.zeros_like(v) if "lora_B" in k else v for k, v in weights.items()}, weights_file)
+    message = _check_fails(run_dir)
     assert "the reported accuracy against the check's own evaluation of your saved adapter" in message
 
 
-def test_e3_the_stub_fails(tmp_path):
-    assert "is not written yet" in failure(lambda f: check_graded_run(f, tmp_path), stub)
+def test_e3_the_lesson_trains_in_a_cell_grading_skips_and_the_check_never_trains():
+    """The notebook's one training cell is tagged skip-when-grading (grading/demonstrations.py), and the check
+    module never calls the learner's run_capstone."""
+    nb = nbformat.read(SOLUTION, as_version=4)
+    (training,) = [c for c in nb.cells if c.cell_type == "code" and "run_capstone(RUN_DIR)" in c.source]
+    assert "skip-when-grading" in training.metadata.get("tags", [])
+    tree = ast.parse(textwrap.dedent(inspect.getsource(l08.check_graded_run.__wrapped__)))
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert list(inspect.signature(l08.check_graded_run.__wrapped__).parameters) == ["run_dir"]
+    assert "run_capstone" not in called and "call" not in called  # the kit's `call` runs a learner's function
 
 
 # ---- e4: merged_weight ---------------------------------------------------------------------------------------------
@@ -584,26 +516,17 @@ def test_graded_e5_runs_its_cpu_stage_then_needs_a_gpu(no_gpu, monkeypatch):
 
 @pytest.mark.parametrize(
     ("edit", "expected"),
-    [
-        (
-            _set(("eval", "accuracy"), lambda a: a + 0.1),
-            "the reported accuracy against the check's own evaluation",
-        ),
-        (_set(("trainable_parameters",), lambda n: n * 2), 'run.json["trainable_parameters"]'),
-        (_set(("peak_bytes", "train"), lambda b: b * 3), "from a simulated step of the same configuration"),
-        (_set(("loss_curve",), lambda c: c[::-1]), "the loss did not go down"),
-        (_set(("config", "rank"), 8), "is not the configuration run.json reports"),
-    ],
+    [E3_EDITS[i] for i in (0, 1, 3, 5, 6)],
     ids=["accuracy", "trainable", "peak", "rising-curve", "rank"],
 )
 def test_graded_e3_a_run_that_does_not_match_what_it_reports_fails_as_a_learner_sees(
     good_run, tmp_path, monkeypatch, edit, expected
 ):
-    seen = failure(lambda f: check_graded_run(f, tmp_path / "learner"), _edited(good_run, edit))
+    seen = _check_fails(_handed_in(good_run, tmp_path / "learner", edit))
     assert expected in seen
     monkeypatch.setattr(kit, "_MODE", kit.STRICT)
     monkeypatch.setattr(kit, "_SEED", 20261123)
-    graded = failure(lambda f: check_graded_run(f, tmp_path / "graded"), _edited(good_run, edit))
+    graded = _check_fails(_handed_in(good_run, tmp_path / "graded", edit))
     assert graded == seen.replace(str(tmp_path / "learner"), str(tmp_path / "graded"))
 
 
@@ -612,19 +535,15 @@ def test_graded_e3_the_judge_evaluates_the_adapter_it_is_handed_and_fingerprints
 ):
     """The judge never reads the run folder: it loads the recorded adapter onto its own base (the folder is gone by
     then), and names the adapter by the SHA-256 of its weights in a canonical order: the same for two copies."""
-    transcript = kit.collect(check_graded_run.check, (_replay(good_run), tmp_path / "first"), {})
-    assert [r.label for r in transcript.records] == [
-        "`run_capstone` is written",
-        "your run",
-        "the files your run wrote",
-    ]
+    transcript = kit.collect(check_graded_run.check, (_handed_in(good_run, tmp_path / "first"),), {})
+    assert [r.label for r in transcript.records] == ["the run handed in"]
     shutil.rmtree(tmp_path / "first")
     travelled = kit.Transcript.from_data(json.loads(json.dumps(transcript.to_data())))
-    verdict = kit.judge(check_graded_run.check, travelled, n_args=2)
+    verdict = kit.judge(check_graded_run.check, travelled, n_args=1)
     assert verdict.passed and verdict.cases == 1, verdict.message
     weights = load_file(good_run / "adapter" / "adapter_model.safetensors")
     assert verdict.fingerprint == hashlib.sha256(l08.adapter_fingerprint_bytes(weights)).hexdigest()
-    second = kit._strict(check_graded_run.check, (_replay(good_run), tmp_path / "second"), {})
+    second = kit._strict(check_graded_run.check, (_handed_in(good_run, tmp_path / "second"),), {})
     assert second.passed and second.fingerprint == verdict.fingerprint
 
 
@@ -661,7 +580,7 @@ def test_graded_the_kernel_computes_no_expected_value(good_run, tmp_path, strict
         (check_plan_for, (plan_for,), 1 + 7),
         (check_add_lora, (add_lora,), 1 + 6 + 5),  # facts for every case, logits for all but the 7B on meta
         (check_merged_weight, (merged_weight,), 1 + 5 * 2),
-        (check_graded_run, (_replay(good_run), tmp_path / "run"), 3),
+        (check_graded_run, (_handed_in(good_run, tmp_path / "run"),), 1),
         (check_measure_lora_step, (measure_lora_step,), 3),  # the CPU stage, then the GPU it lacks
     ):
         transcript = kit.collect(check_fn.check, args, {})

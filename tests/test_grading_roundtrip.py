@@ -8,8 +8,11 @@ The grading run is the `real_grading` fixture in conftest.py, shared with test_l
 
 from __future__ import annotations
 
+import nbformat
 import pytest
 from nbgrader_pipeline import graded_cells, lesson_slugs, row_for
+
+from grading.demonstrations import SKIPPED, tagged_sources
 
 SLUGS = lesson_slugs()
 pytestmark = pytest.mark.slow
@@ -35,6 +38,25 @@ def test_solution_gets_full_points(real_grading, slug):
     assert all(row[g] == "" and f"{g}: needs manual grading" in row["notes"] for g in manual)
     assert float(row["total"]) == 10 - sum(auto[g] for g in not_graded_here)
     assert row["flags"] == "", row["flags"]  # the course's own solution trips no tampering detector
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_every_cell_of_the_solution_ran_without_an_error_or_was_left_out_as_tagged(real_grading, slug):
+    """The solution's demonstrations tagged skip-when-grading were left out (commented out) unless the run was told
+    to run them (CI's drift check: then every cell ran), and no cell that ran has an error output."""
+    nb = nbformat.read(real_grading.autograded("solved", slug), as_version=4)
+    source = nbformat.read(real_grading.solutions / slug / f"{slug}.ipynb", as_version=4)
+    tagged = tagged_sources(source)
+    skipped = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(SKIPPED)]
+    assert len(skipped) == (0 if real_grading.run_demonstrations else len(tagged))
+    errors = [
+        (c.source.splitlines()[0][:80], o.get("ename"), o.get("evalue", "")[:300])
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
+    assert not errors, f"{slug}: cells of the solution errored when graded: {errors}"
 
 
 @pytest.mark.parametrize("slug", SLUGS)
