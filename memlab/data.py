@@ -29,6 +29,8 @@ import sys
 
 import torch
 
+from memlab.i18n import _
+
 __all__ = [
     "ensure_offline_if_no_network",
     "load_imdb",
@@ -93,10 +95,11 @@ ensure_offline_if_no_network()
 
 def _say_fallback(what: str, instead: str) -> None:
     """The one visible line every fallback prints."""
-    reason = "offline" if os.environ.get("HF_HUB_OFFLINE") == "1" else "download failed"
+    reason = _("offline") if os.environ.get("HF_HUB_OFFLINE") == "1" else _("download failed")
     from memlab.notebook import fill
 
-    print(fill(f"memlab.data: {what} not reachable ({reason}); using {instead}"), flush=True)
+    message = _("memlab.data: {what} not reachable ({reason}); using {instead}")
+    print(fill(message.format(what=what, reason=reason, instead=instead)), flush=True)
 
 
 def _shuffle_select(ds, n: int | None, seed: int):
@@ -126,7 +129,7 @@ def load_imdb(split: str = "train", n: int | None = None, seed: int = 0):
         return _shuffle_select(ds, n, seed)
     except Exception:
         ds = synthetic_imdb(split=split, n=n, seed=seed)
-        _say_fallback("stanfordnlp/imdb", f"{len(ds):,} synthetic reviews in IMDB's schema")
+        _say_fallback("stanfordnlp/imdb", _("{n:,} synthetic reviews in IMDB's schema").format(n=len(ds)))
         return ds
 
 
@@ -305,7 +308,7 @@ def load_lm_text(split: str = "train", n: int | None = None, seed: int = 0):
         return _shuffle_select(ds, n, seed)
     except Exception:
         ds = synthetic_lm_text(split=split, n=n, seed=seed)
-        _say_fallback("Salesforce/wikitext", f"{len(ds):,} synthetic English paragraphs")
+        _say_fallback("Salesforce/wikitext", _("{n:,} synthetic English paragraphs").format(n=len(ds)))
         return ds
 
 
@@ -351,7 +354,7 @@ def _paragraph(split: str, index: int) -> str:
     year = rng.randint(1700, 1990)
     sentences = [f"{rng.choice(_SUBJECTS)} of {rng.choice(_PLACES)} "
                  + rng.choice(_EVENTS).format(year=year, decade=year // 10 * 10) + "."]  # fmt: skip
-    for _ in range(rng.randint(2, 9)):
+    for _sentence in range(rng.randint(2, 9)):
         fact = rng.choice(_FACTS)
         sentences.append(fact.format(place=rng.choice(_PLACES), year=rng.randint(year, 2000)))
     return " ".join(sentences)
@@ -392,8 +395,10 @@ def _make_tokenizer_cached(name: str, texts: tuple[str, ...] | None, vocab_size:
 
         print(
             fill(
-                f"memlab.data: tokenizer {name} not reachable (offline or gated); using a byte-level BPE "
-                f"with {len(tokenizer):,} tokens trained on {len(texts):,} local texts"
+                _(
+                    "memlab.data: tokenizer {name} not reachable (offline or gated); using a byte-level BPE "
+                    "with {tokens:,} tokens trained on {texts:,} local texts"
+                ).format(name=name, tokens=len(tokenizer), texts=len(texts))
             ),
             flush=True,
         )

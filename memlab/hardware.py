@@ -13,6 +13,8 @@ import platform
 
 import torch
 
+from memlab.i18n import _
+
 GiB = 1024**3
 
 #: the packages `preflight` reports, by import name (version looked up by distribution name)
@@ -153,8 +155,10 @@ def format_preflight(report: dict) -> str:
     libs = " | ".join(f"{name} {report[name] or '—'}" for name in ["torch", *REPORTED_PACKAGES])
     gpu = report["gpu"]
     if gpu is None:
-        where = "CPU only (no CUDA GPU): CPU sizes, GPU-only checks will say NOT CHECKED HERE"
+        where = _("CPU only (no CUDA GPU): CPU sizes, GPU-only checks will say NOT CHECKED HERE")
     else:
         major, minor = gpu["capability"]
-        where = f"{gpu['name']} (sm_{major}{minor}), {gpu['free_gb']:.1f} of {gpu['total_gb']:.1f} GiB free"
+        where = _("{name} (sm_{major}{minor}), {free:.1f} of {total:.1f} GiB free").format(
+            name=gpu["name"], major=major, minor=minor, free=gpu["free_gb"], total=gpu["total_gb"]
+        )
     return f"python {report['python']} | {libs} | {where}"

@@ -30,6 +30,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from memlab.i18n import _
+
 RED, RESET = "\x1b[0;31m", "\x1b[0m"
 WIDTH = 110  # the width the lessons' prose is wrapped at
 GRADING_ENV = "COURSE_GRADING"  # set in a grading kernel (autograders.kit reads the mode from it)
@@ -149,10 +151,10 @@ def show_recorded(outputs: list[dict], exercise: str) -> None:
     """Display recorded outputs (streams, rich displays) under a line that says where they come from."""
     from IPython.display import publish_display_data
 
-    note = (
-        f"{exercise} is not finished, so this cell stops. Below: what it shows with the model solution "
+    note = _(
+        "{exercise} is not finished, so this cell stops. Below: what it shows with the model solution "
         "(recorded on a CPU when the lesson was built)."
-    )
+    ).format(exercise=exercise)
     publish_display_data(data={"text/markdown": f"*{note}*", "text/plain": note})
     for output in outputs:
         kind = output.get("output_type")
@@ -175,9 +177,9 @@ def needs(*names: str, exercise: str) -> None:
     missing = []
     for name in names:
         if name not in namespace:
-            missing.append(f"`{name}` is not defined")
+            missing.append(_("`{name}` is not defined").format(name=name))
         elif callable(namespace[name]) and not is_written(namespace[name]):
-            missing.append(f"`{name}` is not written yet")
+            missing.append(_("`{name}` is not written yet").format(name=name))
     if not missing:
         return
     shown = []
@@ -185,8 +187,12 @@ def needs(*names: str, exercise: str) -> None:
         shown = recorded_outputs(_running_cell_source())
         if shown:
             show_recorded(shown, exercise)
-    where = " Above: this cell's output with the model solution." if shown else ""
-    raise ExerciseNeeded(f"finish {exercise} first (run its cells): {'; '.join(missing)}.{where}")
+    where = _(" Above: this cell's output with the model solution.") if shown else ""
+    raise ExerciseNeeded(
+        _("finish {exercise} first (run its cells): {missing}.{where}").format(
+            exercise=exercise, missing="; ".join(missing), where=where
+        )
+    )
 
 
 # ---- the display ------------------------------------------------------------------------------------------------
@@ -220,18 +226,17 @@ def message_lines(etype, value, tb) -> list[str] | None:
         name = _stub_function(tb)
         if name is None:
             return None
-        text = (
-            f"NotImplementedError: `{name}` is not written yet: write it (its exercise is above), run its cell, "
-            "then this one."
-        )
+        text = "NotImplementedError: " + _(
+            "`{name}` is not written yet: write it (its exercise is above), run its cell, then this one."
+        ).format(name=name)
     elif etype is NameError and tb is not None and _at_cell_top_level(tb) and getattr(value, "name", None):
-        text = (
-            f"NameError: `{value.name}` is not defined: run the cell that defines it first (for a check, its "
-            "exercise's cell above; or Run All from the top), or check its spelling."
-        )
+        text = "NameError: " + _(
+            "`{name}` is not defined: run the cell that defines it first (for a check, its exercise's cell "
+            "above; or Run All from the top), or check its spelling."
+        ).format(name=value.name)
     else:
         return None
-    head, _, rest = text.partition(": ")
+    head, _sep, rest = text.partition(": ")
     wrapped = textwrap.fill(rest, WIDTH, initial_indent=" " * (len(head) + 2), subsequent_indent="  ")
     return [f"{RED}{head}{RESET}: {wrapped.lstrip()}"]
 

@@ -1,17 +1,103 @@
 """The few plots the lessons share: a memory timeline, stacked component bars, a trade-off curve, and readable ticks
-on a log axis."""
+on a log axis; and, for the Korean edition, a font with Hangul (`use_language_font`, called by memlab.i18n.use)."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
+from pathlib import Path
 
+import matplotlib as mpl
 import matplotlib.pyplot as plt
+from matplotlib import font_manager
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from memlab.measure import CATEGORIES, MemoryTrace
 
 MiB = 1024**2
 COLORS = dict(zip(CATEGORIES, ["#4C72B0", "#DD8452", "#55A868", "#C44E52"], strict=True))
+
+
+# ---- a font for the lesson's language ------------------------------------------------------------------------
+
+#: font families with Hangul, preferred first, as matplotlib's font manager names them: Nanum Gothic (shipped by the
+#: pip package koreanize-matplotlib, and Debian's fonts-nanum), Noto Sans KR / CJK (pylopdf-fonts-ko, Debian's
+#: fonts-noto-cjk), then the ones Windows and macOS come with. DejaVu Sans, matplotlib's own, has no Hangul.
+HANGUL_FONTS = (
+    "NanumGothic",
+    "Noto Sans KR",
+    "Noto Sans CJK KR",
+    "Noto Sans CJK JP",
+    "Malgun Gothic",
+    "Apple SD Gothic Neo",
+    "AppleGothic",
+    "UnDotum",
+)
+#: pip packages that ship a Hangul font: (import name, the font folder inside it). Only their files are used: the
+#: package is found, never imported (koreanize_matplotlib's import changes rcParams and needs distutils, gone in
+#: Python 3.12).
+FONT_PACKAGES = (("koreanize_matplotlib", "fonts"), ("pylopdf_fonts_ko", "."))
+_LANGUAGE_FONTS = {"ko": HANGUL_FONTS}
+_font_state: dict = {"family": None, "warned": set()}
+
+
+def _packaged_font_files() -> list[Path]:
+    files = []
+    for package, folder in FONT_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            files += sorted(p for p in (Path(location) / folder).glob("*.[ot]tf"))
+    return files
+
+
+def language_font(language: str) -> str | None:
+    """The name of an installed font family with the letters of `language` (None for English, which needs none,
+    and when there is none), after registering the fonts of FONT_PACKAGES with matplotlib."""
+    wanted = _LANGUAGE_FONTS.get(language)
+    if not wanted:
+        return None
+    known = {font.name for font in font_manager.fontManager.ttflist}
+    if not known.intersection(wanted):
+        for path in _packaged_font_files():
+            try:
+                font_manager.fontManager.addfont(str(path))
+            except (OSError, RuntimeError, ValueError):
+                continue
+        known = {font.name for font in font_manager.fontManager.ttflist}
+    return next((name for name in wanted if name in known), None)
+
+
+def use_language_font(language: str) -> str | None:
+    """Draw text in a font that has `language`'s letters: its family goes after matplotlib's own in
+    rcParams["font.family"], so Latin letters, digits and the minus sign keep DejaVu Sans and only the missing
+    glyphs (Hangul) come from it (matplotlib's per-glyph font fallback). English restores the family as it was.
+    Without such a font it prints one line, once, saying what to install. Returns the family used (or None)."""
+    if _font_state["family"] is None:
+        _font_state["family"] = list(mpl.rcParams["font.family"])
+    original = _font_state["family"]
+    if language not in _LANGUAGE_FONTS:
+        mpl.rcParams["font.family"] = original
+        return None
+    font = language_font(language)
+    if font is None:
+        mpl.rcParams["font.family"] = original
+        if language not in _font_state["warned"]:
+            _font_state["warned"].add(language)
+            from memlab.i18n import _
+
+            message = _(
+                "memlab.plots: no font with Korean letters found, so the figures' Korean text shows as boxes; "
+                "install one (pip install koreanize-matplotlib, or apt-get install fonts-nanum), then restart "
+                "the kernel"
+            )
+            print(message, file=sys.stderr, flush=True)
+        return None
+    mpl.rcParams["font.family"] = [*original, font]
+    return font
 
 
 def memory_timeline(

@@ -15,15 +15,28 @@ gradebook (SaveCells, which only fills the gradebook, is switched off).
 First it writes each lesson's `model_solution_outputs.json` into solutions/NN-slug/ (released with the lesson like
 any other file): the outputs of the solution's `needs(...)` cells, which a learner stuck on an exercise is shown in
 their place (memlab.notebook.needs, grading/learner_version.py). `--check` reports that file out of date too.
+
+Then the translated editions (scripts/translations.py), for each language with a folder translations/<lang>/ next
+to solutions/ (ko): every lesson whose catalogue translations/ko/NN-slug.po is complete is written as
+ko/solutions/NN-slug/ (the solution with translated sources, no outputs, `memlab.i18n.use("ko")` after its
+`import memlab`, and a model_solution_outputs.json keyed by the Korean cells) and ko/lessons/NN-slug/ (rendered from
+it exactly as above); lessons whose catalogue is incomplete are listed, not built. translations/ko/memlab.po is
+compiled to memlab/locale/ko/LC_MESSAGES/memlab.mo. A lesson that has an edition (ko/solutions/NN-slug/) but whose
+catalogue is no longer complete against solutions/ (English changed: run `python scripts/translations.py extract`,
+translate the fuzzy and new messages) keeps its files and fails the build; so does a translation the build refuses.
+`--check` also fails when ko/ or the compiled catalogue differ from what would be written.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import fnmatch
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -115,8 +128,32 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--solutions", type=Path, default=ROOT / "solutions", help="default: %(default)s")
     parser.add_argument("--lessons", type=Path, default=ROOT / "lessons", help="default: %(default)s")
+    parser.add_argument(
+        "--translations",
+        type=Path,
+        default=None,
+        help="the catalogues (<lang>/NN-slug.po); default: translations/ next to --solutions",
+    )
+    parser.add_argument(
+        "--editions",
+        type=Path,
+        default=None,
+        help="where <lang>/solutions and <lang>/lessons are written; default: the folder of --solutions",
+    )
     args = parser.parse_args(argv)
+    english = build_english(args)
+    course_root = args.solutions.resolve().parent
+    translated = build_editions(
+        args.solutions.resolve(),
+        args.translations or course_root / "translations",
+        args.editions or course_root,
+        check=args.check,
+    )
+    return max(english, translated)
 
+
+def build_english(args) -> int:
+    """lessons/ and the recorded outputs from solutions/ (the module's docstring); 0, or 1 on --check if stale."""
     start = time.perf_counter()
     recorded = recorded_outputs(args.solutions.resolve())
     stale_records = [
@@ -160,6 +197,146 @@ def main(argv: list[str] | None = None) -> int:
             (args.lessons / rel).parent.rmdir()
     print(f"{n_lessons} lessons, {len(expected)} files, {len(differ)} written ({seconds:.1f} s)")
     return 0
+
+
+# ---- the translated editions (scripts/translations.py) ----------------------------------------------------------
+
+
+def _files_under(folder: Path) -> set[Path]:
+    """The files of a built edition's folder, less what nbgrader never copies (checkpoints, caches) and a run a
+    lesson leaves next to its notebook (HANDED_IN)."""
+    if not folder.is_dir():
+        return set()
+    ignore = [*load_config().CourseDirectory.ignore, *HANDED_IN]
+    return {
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and not any(
+            fnmatch.fnmatch(part, pattern) for part in p.relative_to(folder).parts for pattern in ignore
+        )
+    }
+
+
+def _same(path: Path, data: bytes) -> bool:
+    """`path` holds `data` (a compiled catalogue: the same messages, whichever Babel wrote its header)."""
+    if not path.is_file():
+        return False
+    if path.suffix == ".mo":
+        import translations as tr
+
+        return tr.mo_messages(path.read_bytes()) == tr.mo_messages(data)
+    return path.read_bytes() == data
+
+
+def build_editions(solutions: Path, translations: Path, editions: Path, check: bool = False) -> int:
+    """Write (or, with `check`, compare) <editions>/<lang>/solutions and lessons for every language with catalogues in
+    `translations`, and memlab's compiled messages; 0, or 1 when something is stale or refused."""
+    if not translations.is_dir():
+        return 0
+    import translations as tr
+
+    failed = False
+    for language in [lang for lang in tr.LANGUAGES if (translations / lang).is_dir()]:
+        start = time.perf_counter()
+        edition = tr.build_edition(solutions, translations, language)
+        out = editions / language
+        expected: dict[Path, bytes] = {
+            out / "solutions" / rel: data for rel, data in edition.solutions.items()
+        }
+        if edition.solutions:
+            with tempfile.TemporaryDirectory() as tmp:
+                for rel, data in edition.solutions.items():
+                    (Path(tmp) / "solutions" / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (Path(tmp) / "solutions" / rel).write_bytes(data)
+                expected |= {
+                    out / "lessons" / rel: data for rel, data in render(Path(tmp) / "solutions").items()
+                }
+        package = solutions.parent / "memlab"
+        compiled = tr.compiled_messages(translations, language)
+        if compiled is not None and package.is_dir():
+            expected[package / "locale" / language / "LC_MESSAGES" / f"{tr.MEMLAB}.mo"] = compiled
+
+        built = {rel.split("/")[0] for rel in edition.solutions}
+        existing = {p.parent.name for p in (out / "solutions").glob("*/*.ipynb")}
+        # an edition whose catalogue is not complete any more (kept, and an error); one whose lesson is gone
+        stale = sorted(s for s in existing - built if s in edition.statuses)
+        orphans = sorted(existing - set(edition.statuses))
+        keep = {out / part / slug for slug in stale for part in ("solutions", "lessons")}
+        present = {
+            p
+            for p in _files_under(out / "solutions") | _files_under(out / "lessons")
+            if not any(folder in p.parents for folder in keep)
+        }
+        differ = sorted(p for p, data in expected.items() if not _same(p, data))
+        extra = sorted(present - set(expected))
+        problems = [f"{language}: {error}" for error in edition.errors]
+        for slug in stale:
+            status = edition.statuses[slug]
+            problems.append(
+                f"{language}: {slug} has an edition in {out} but its catalogue is not complete against "
+                f"{solutions / slug}: {status.summary()}"
+            )
+            problems += status.details()
+        if built or stale:
+            status = tr.memlab_status(translations, language, package)
+            if package.is_dir() and not status.complete:
+                problems.append(f"{language}: memlab's messages: {status.summary()}")
+                problems += status.details()
+
+        for warning in edition.warnings:
+            print(f"{language}: warning: {warning}")
+        incomplete = [s for s in edition.statuses.values() if not s.complete and s.slug not in stale]
+        if incomplete:
+            listed = ", ".join(
+                f"{s.slug} ({s.messages - len(s.untranslated) - len(s.fuzzy) - len(s.missing)}/{s.messages})"
+                if s.exists
+                else f"{s.slug} (no catalogue)"
+                for s in incomplete
+            )
+            print(
+                f"{language}: not built, catalogue incomplete (translated/messages): {listed}; "
+                f"python scripts/translations.py status --lang {language} says what is missing"
+            )
+        if check:
+            for path in differ:
+                print(f"out of date: {path}")
+            for path in extra:
+                print(f"no source in {solutions} and {translations}: {path}")
+            for problem in problems:
+                print(problem)
+            if differ or extra or problems:
+                failed = True
+                print("run: python scripts/build_lessons.py", file=sys.stderr)
+            else:
+                print(
+                    f"{out} is in sync with {solutions} and {translations / language}: {len(built)} lessons "
+                    f"({time.perf_counter() - start:.1f} s)"
+                )
+            continue
+        for path in differ:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(expected[path])
+            print(f"wrote {path}")
+        for path in extra:
+            path.unlink()
+            print(f"removed {path} (not part of the {language} edition)")
+        for slug in orphans:
+            for part in ("solutions", "lessons"):
+                if (out / part / slug).is_dir():
+                    shutil.rmtree(out / part / slug)
+                    print(f"removed {out / part / slug} (its English lesson is gone)")
+        for folder in sorted({p.parent for p in extra}, reverse=True):
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        failed |= bool(problems)
+        print(
+            f"{language}: {len(built)} of {len(edition.statuses)} lessons built, {len(differ)} files written "
+            f"({time.perf_counter() - start:.1f} s)"
+        )
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,564 @@
+"""The Korean edition's machinery (scripts/translations.py, the Korean part of scripts/build_lessons.py, memlab.i18n,
+memlab.plots' Hangul font):
+
+- extract writes one catalogue per lesson with every message; a changed English cell's message becomes fuzzy and
+  keeps its Korean, a removed cell's becomes obsolete, and then build_lessons --check fails naming the lesson;
+- a built Korean code cell differs from the English only in comment and string tokens (plus the one inserted
+  `memlab.i18n.use("ko")`), and a translation that drops an f-string's field is refused, naming the cell;
+- ko/lessons/ is the nbgrader render of ko/solutions/, byte for byte, and the English build is unchanged;
+- no markdown cell of a built Korean notebook is English prose (lessons without a complete catalogue: skipped);
+- memlab.i18n.use("ko") makes memlab's messages Korean; a Korean figure renders without missing glyphs.
+
+The build is tested on a copy of the fixture lesson with a small catalogue made here; the real catalogues are
+filled by translators.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tokenize
+import warnings
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader_pipeline import FIXTURE_SOLUTIONS, ROOT, SOLUTIONS, build_lessons, lesson_slugs
+
+import memlab.i18n as i18n
+import translations as tr
+from memlab import hardware, notebook, plots
+from memlab.notebook import MODEL_OUTPUTS, cell_key
+
+KO = ROOT / "ko"
+SLUG = "00-fixture"
+# the fixture lesson's setup cell, given a comment, an f-string and prose, and a cell that calls needs(...)
+SETUP = (
+    "import torch\n\nimport memlab.hardware  # the course's toolkit\n\nDEVICE = memlab.hardware.pick_device()\n"
+    'print(f"running on {DEVICE} today")'
+)
+NEEDS = 'from memlab.notebook import needs\n\nneeds("add", exercise="Exercise 0.2")\nprint(f"add(2, 3) is {add(2, 3)} here")'
+
+#: the fixture's Korean, by English message (markdown cells whole, code tokens as written)
+KOREAN = {
+    "# the course's toolkit": "# 이 강의의 도구 모음",
+    'f"running on {DEVICE} today"': 'f"오늘은 {DEVICE}에서 실행합니다"',
+    '"Exercise 0.2"': '"연습 0.2"',
+    'f"add(2, 3) is {add(2, 3)} here"': 'f"add(2, 3)의 값은 {add(2, 3)}입니다"',
+    '"""x times itself."""': '"""x를 자기 자신과 곱한 값."""',
+    '"hidden case: square(7)"': '"숨겨진 경우: square(7)"',
+    '"""The sum of a and b."""': '"""a와 b의 합."""',
+    '"""n float32 ones on `device` (the first CUDA GPU unless told otherwise)."""': (
+        '"""`device`에 있는 float32 1 n개(따로 정하지 않으면 첫 번째 CUDA GPU)."""'
+    ),
+}
+KOREAN_MARKDOWN = [  # in cell order
+    "# 레슨 00 — 픽스처\n\n실제 형식으로 된 작은 레슨으로, 채점 파이프라인의 테스트(`tests/test_grading_mechanics.py`)가 "
+    "사용합니다. 검사는 옆에 있는 `fixture_checks.py`에 있으며 실제 검사 도구(`autograders.kit`)로 만들었습니다.",
+    "### 연습 0.1 — 제곱 (4점)\n\n`x * x`를 돌려주는 `square(x)`를 작성하세요.",
+    "### 연습 0.2 — 덧셈 (4점)\n\n`a + b`를 돌려주는 `add(a, b)`를 작성하세요.",
+    '### 연습 0.3 — GPU 위의 1 (2점)\n\n`device`에 `n`개의 1(float32)을 돌려주는 `gpu_ones(n, device="cuda")`를 '
+    "작성하세요. 검사는 어디서든 CPU에서 작게 한 번 실행한 다음, 나머지에는 CUDA GPU가 필요합니다: 그 밖의 곳에서는 "
+    "NOT CHECKED HERE라고 표시합니다.",
+    "### 질문 0.4 — 자신의 말로 (2점, 사람이 채점)\n\n왜 `square(-3)`이 `square(3)`과 같을까요? 한 문장으로.",
+    "수를 자기 자신과 곱하면 부호가 상쇄되기 때문입니다: (-3) x (-3) = 3 x 3 = 9.\n\n**채점 기준** (2점): 곱에서 "
+    "부호가 상쇄된다고 하면 2점, 이유 없이 올바른 예만 들면 1점, 그 밖에는 0점.",
+    "## 요약\n\n연습 세 개에 10점, 서술형 답 하나에 2점.",
+]
+
+
+@pytest.fixture(autouse=True)
+def english_afterwards():
+    yield
+    i18n.use("en")
+
+
+def fixture_course(tmp_path: Path) -> Path:
+    """A course in tmp_path: the fixture lesson (with SETUP and NEEDS, and an output recorded for NEEDS)."""
+    solutions = tmp_path / "solutions"
+    shutil.copytree(FIXTURE_SOLUTIONS / SLUG, solutions / SLUG)
+    path = solutions / SLUG / f"{SLUG}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].source = SETUP
+    nb.cells[9].source = NEEDS
+    nb.cells[9].outputs = [nbformat.v4.new_output("stream", name="stdout", text="add(2, 3) is 5 here\n")]
+    nbformat.write(nb, path)
+    return solutions
+
+
+def translate(po: Path, markdown: list[str] = KOREAN_MARKDOWN, tokens: dict[str, str] = KOREAN) -> None:
+    """Fill the catalogue at `po` with the fixture's Korean."""
+    catalog = tr.read_catalog(po)
+    english_markdown = [m for m in catalog if m.id and "(markdown" in " ".join(m.auto_comments)]
+    for message, korean in zip(english_markdown, markdown, strict=True):
+        message.string = korean
+    for message in catalog:
+        if message.id in tokens:
+            message.string = tokens[message.id]
+    po.write_bytes(tr.catalog_bytes(catalog))
+
+
+def build(solutions: Path, *extra: str) -> int:
+    return build_lessons.main(
+        ["--solutions", str(solutions), "--lessons", str(solutions.parent / "lessons"), *extra]
+    )
+
+
+@pytest.fixture
+def built(tmp_path):
+    """The fixture course with a complete Korean catalogue, built: its solutions folder."""
+    solutions = fixture_course(tmp_path)
+    tr.extract([SLUG], solutions=solutions, translations=tmp_path / "translations")
+    translate(tmp_path / "translations" / "ko" / f"{SLUG}.po")
+    assert build(solutions) == 0
+    return solutions
+
+
+# ---- extract ------------------------------------------------------------------------------------------------------
+
+
+def test_extract_writes_every_message_once_and_deterministically(tmp_path, capsys):
+    solutions = fixture_course(tmp_path)
+    (status,) = tr.extract([SLUG], solutions=solutions, translations=tmp_path / "translations")
+    po = tmp_path / "translations" / "ko" / f"{SLUG}.po"
+    catalog = tr.read_catalog(po)
+    ids = [m.id for m in catalog if m.id]
+    assert len(ids) == status.messages == len(KOREAN_MARKDOWN) + len(KOREAN)
+    assert set(KOREAN) <= set(ids)
+    assert not any("BEGIN SOLUTION" in i or "YOUR CODE HERE" in i for i in ids)
+    assert '"add"' not in ids  # no space: not prose
+    assert all(m.context == "cell " + cell_key(_source_of(solutions, m)) for m in catalog if m.id)
+    assert not status.complete and len(status.untranslated) == len(ids)
+    setup = next(m for m in catalog if m.id == "# the course's toolkit")
+    assert setup.locations == [(f"{SLUG}.ipynb", 1)] and "line 3" in " ".join(setup.auto_comments)
+    before = po.read_bytes()
+    assert b"POT-Creation-Date: 2026-01-01" in before
+    capsys.readouterr()
+    tr.extract([SLUG], solutions=solutions, translations=tmp_path / "translations")
+    assert po.read_bytes() == before and "wrote" not in capsys.readouterr().out
+
+
+def _source_of(solutions: Path, message) -> str:
+    nb = nbformat.read(solutions / SLUG / f"{SLUG}.ipynb", as_version=4)
+    (location,) = {line for _, line in message.locations}
+    return nb.cells[location or 0].source  # Babel writes no number for cell 0 ("00-fixture.ipynb")
+
+
+def test_changed_cell_is_fuzzy_removed_cell_obsolete_and_check_fails(built, capsys):
+    solutions = built
+    tmp = solutions.parent
+    po = tmp / "translations" / "ko" / f"{SLUG}.po"
+    path = solutions / SLUG / f"{SLUG}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    old_markdown = nb.cells[2].source
+    nb.cells[2].source = old_markdown.replace("which returns", "which must return")
+    nb.cells[1].source = SETUP.replace("pick_device()", "pick_device()  ")  # code changed, its comment not
+    del nb.cells[15]  # the summary
+    nbformat.write(nb, path)
+    capsys.readouterr()
+
+    # the catalogue is stale: --check fails, naming the lesson and what is missing
+    assert build(solutions, "--check") == 1
+    out = capsys.readouterr().out
+    assert SLUG in out and "missing" in out and "not complete" in out
+
+    (status,) = tr.extract([SLUG], solutions=solutions, translations=tmp / "translations")
+    catalog = tr.read_catalog(po)
+    changed = catalog.get(nb.cells[2].source, "cell " + cell_key(nb.cells[2].source))
+    assert changed.fuzzy and changed.string == KOREAN_MARKDOWN[1] and changed.previous_id == [old_markdown]
+    comment = catalog.get("# the course's toolkit", "cell " + cell_key(nb.cells[1].source))
+    assert comment.string == KOREAN["# the course's toolkit"] and not comment.fuzzy  # only the code changed
+    assert any(m.id.startswith("## Summary") and m.string for m in catalog.obsolete.values())
+    assert [text for _, text in status.fuzzy] == ["### Exercise 0.1 — square (4 points)"]
+    assert not status.missing and not status.untranslated
+
+    assert build(solutions, "--check") == 1
+    out = capsys.readouterr().out
+    assert f"{SLUG} has an edition" in out and "1 fuzzy" in out and "fuzzy: cell 2" in out
+    assert build(solutions) == 1  # the stale edition is kept, not rebuilt or removed
+    assert (tmp / "ko" / "solutions" / SLUG / f"{SLUG}.ipynb").is_file()
+
+    catalog = tr.read_catalog(po)
+    catalog.get(nb.cells[2].source, "cell " + cell_key(nb.cells[2].source)).flags.discard("fuzzy")
+    po.write_bytes(tr.catalog_bytes(catalog))
+    assert build(solutions) == 0 and build(solutions, "--check") == 0
+    korean = nbformat.read(tmp / "ko" / "solutions" / SLUG / f"{SLUG}.ipynb", as_version=4)
+    assert len(korean.cells) == len(nb.cells)
+
+
+def test_an_obsolete_translation_comes_back_when_its_english_does(built):
+    tmp = built.parent
+    path = built / SLUG / f"{SLUG}.ipynb"
+    original = path.read_bytes()
+    nb = nbformat.read(path, as_version=4)
+    del nb.cells[15]
+    nbformat.write(nb, path)
+    tr.extract([SLUG], solutions=built, translations=tmp / "translations")
+    path.write_bytes(original)
+    (status,) = tr.extract([SLUG], solutions=built, translations=tmp / "translations")
+    assert status.complete
+
+
+# ---- the build ----------------------------------------------------------------------------------------------------
+
+
+def test_incomplete_catalogue_is_listed_not_built(tmp_path, capsys):
+    solutions = fixture_course(tmp_path)
+    tr.extract([SLUG], solutions=solutions, translations=tmp_path / "translations")
+    capsys.readouterr()
+    assert build(solutions) == 0 and build(solutions, "--check") == 0
+    assert "not built, catalogue incomplete" in capsys.readouterr().out
+    assert not (tmp_path / "ko").exists()
+
+
+def test_korean_solution_and_lesson(built):
+    tmp = built.parent
+    english = nbformat.read(built / SLUG / f"{SLUG}.ipynb", as_version=4)
+    korean = nbformat.read(tmp / "ko" / "solutions" / SLUG / f"{SLUG}.ipynb", as_version=4)
+    assert korean.metadata["memlab"] == {"language": "ko"}
+    assert {k: v for k, v in korean.metadata.items() if k != "memlab"} == english.metadata
+    assert [c.id for c in korean.cells] == [c.id for c in english.cells]
+    assert [c.metadata for c in korean.cells] == [c.metadata for c in english.cells]
+    assert all(not c.get("outputs") for c in korean.cells)
+    assert [c.source for c in korean.cells if c.cell_type == "markdown"] == KOREAN_MARKDOWN
+    assert korean.cells[1].source.splitlines()[2:4] == [
+        "import memlab.hardware  # 이 강의의 도구 모음",
+        'memlab.i18n.use("ko")',
+    ]
+    for en, ko in zip(english.cells, korean.cells, strict=True):
+        if en.cell_type == "code":
+            inserted = 'memlab.i18n.use("ko")' if "memlab.i18n.use" in ko.source else None
+            assert tr.code_differences(en.source, ko.source, inserted) == []
+    assert tr.code_differences(english.cells[1].source, korean.cells[1].source) != []  # the use() is counted
+
+    # the learner version: nbgrader's render of the Korean solution, with the recorded outputs re-keyed
+    lesson = tmp / "ko" / "lessons" / SLUG
+    rendered = build_lessons.render(tmp / "ko" / "solutions")
+    assert {rel: (tmp / "ko" / "lessons" / rel).read_bytes() for rel in rendered} == rendered
+    learner = nbformat.read(lesson / f"{SLUG}.ipynb", as_version=4)
+    assert "raise NotImplementedError()" in learner.cells[3].source
+    assert "raises-exception" in learner.cells[4].metadata.get("tags", [])
+    assert "fixture_checks.py" in {p.name for p in lesson.iterdir()}
+    record = json.loads((lesson / MODEL_OUTPUTS).read_text(encoding="utf-8"))
+    shown = {"output_type": "stream", "name": "stdout", "text": "add(2, 3) is 5 here\n"}  # English, re-keyed
+    assert record["cells"] == {cell_key(korean.cells[9].source): [shown]}
+    assert "English solution's outputs" in record["about"]
+
+
+def test_english_build_is_unchanged_by_the_korean_one(built, tmp_path):
+    english_only = fixture_course(tmp_path / "plain")
+    assert build(english_only) == 0
+    ours = {
+        p.relative_to(built.parent / "lessons"): p.read_bytes()
+        for p in (built.parent / "lessons").rglob("*")
+        if p.is_file()
+    }
+    theirs = {
+        p.relative_to(tmp_path / "plain" / "lessons"): p.read_bytes()
+        for p in (tmp_path / "plain" / "lessons").rglob("*")
+        if p.is_file()
+    }
+    assert ours == theirs
+
+
+def test_check_fails_when_ko_differs(built, capsys):
+    checkpoints = built.parent / "ko" / "solutions" / SLUG / ".ipynb_checkpoints"
+    checkpoints.mkdir()
+    (checkpoints / f"{SLUG}-checkpoint.ipynb").write_text("{}")  # JupyterLab's: neither compared nor removed
+    assert build(built, "--check") == 0
+    notebook_path = built.parent / "ko" / "lessons" / SLUG / f"{SLUG}.ipynb"
+    notebook_path.write_bytes(notebook_path.read_bytes().replace("연습 0.2".encode(), "연습 0.9".encode()))
+    (built.parent / "ko" / "lessons" / SLUG / "stray.txt").write_text("x")
+    capsys.readouterr()
+    assert build(built, "--check") == 1
+    out = capsys.readouterr().out
+    assert f"out of date: {notebook_path}" in out and "stray.txt" in out
+    assert build(built) == 0 and build(built, "--check") == 0
+    assert not (built.parent / "ko" / "lessons" / SLUG / "stray.txt").exists()
+    assert (checkpoints / f"{SLUG}-checkpoint.ipynb").exists()
+
+
+def test_fstring_translation_that_drops_a_field_is_refused(tmp_path, capsys):
+    solutions = fixture_course(tmp_path)
+    tr.extract([SLUG], solutions=solutions, translations=tmp_path / "translations")
+    broken = KOREAN | {'f"running on {DEVICE} today"': 'f"오늘은 GPU에서 실행합니다"'}
+    translate(tmp_path / "translations" / "ko" / f"{SLUG}.po", tokens=broken)
+    capsys.readouterr()
+    assert build(solutions) == 1
+    captured = capsys.readouterr()
+    assert f"{SLUG}.po, cell 1, line 6" in captured.err and "{...} fields" in captured.err
+    assert not (tmp_path / "ko" / "solutions" / SLUG).exists()
+
+
+@pytest.mark.parametrize(
+    "korean, why",
+    [
+        ('f"오늘은 {DEVICE!r}에서"', "{...} fields"),  # a field changed
+        ('f"{DEVICE}" f"오늘"', "exactly one STRING"),  # two tokens
+        ("'오늘은 {DEVICE}에서'", "prefix and quotes"),  # no longer an f-string
+        ('F"오늘은 {DEVICE}에서"', "prefix and quotes"),
+        ('f"""오늘은 {DEVICE}에서"""', "prefix and quotes"),
+        ('f"오늘은 {DEVICE}에서', "exactly one STRING"),  # unterminated
+        ("오늘은 {DEVICE}에서", "exactly one STRING"),
+    ],
+)
+def test_a_replacement_must_be_the_same_kind_of_token(korean, why):
+    source = 'print(f"running on {DEVICE} today")'
+    with pytest.raises(tr.TranslationError, match="cell 7, line 1") as error:
+        tr.translate_code(source, {'f"running on {DEVICE} today"': korean}.get, "00-fixture.po, cell 7")
+    assert why in str(error.value)
+    assert tr.translate_code(source, {'f"running on {DEVICE} today"': 'f"{DEVICE}에서"'}.get, "x") == (
+        'print(f"{DEVICE}에서")'
+    )
+
+
+def test_a_comment_stays_a_comment():
+    source = "x = 1  # one\ny = 2"
+    for bad in ("one", "# one\nz = 3", '"# one"'):
+        with pytest.raises(tr.TranslationError):
+            tr.translate_code(source, {"# one": bad}.get, "here")
+    assert tr.translate_code(source, {"# one": "# 하나"}.get, "here") == "x = 1  # 하나\ny = 2"
+
+
+def test_what_is_extracted():
+    source = (
+        "def f(x):\n"
+        '    """Twice x, as a float."""\n'
+        "    ### BEGIN SOLUTION\n"
+        "    return 2 * x  # noqa: E731\n"
+        "    ### END SOLUTION\n"
+        "# YOUR CODE HERE\n"
+        "# ----\n"
+        "# plot it\n"
+        'SUMMARY["peak memory"] = {"fp32": "4 GiB", "mode": "cuda", "b": b"raw bytes"}\n'
+        "print(f\"{'label with spaces':<9} {x}\")\n"
+    )
+    extracted = [(tokenize.tok_name[t.type], t.string, hint) for t, hint in tr.code_messages(source)]
+    assert [text for _, text, _ in extracted] == [
+        '"""Twice x, as a float."""',
+        "# plot it",
+        '"peak memory"',
+        '"4 GiB"',  # prose by the rule (a space, a word): a translator keeps it by copying it
+    ]
+    assert "subscript" in extracted[2][2] and extracted[3][2] is None
+
+
+def test_markdown_structure_is_kept():
+    english = "## 1. Memory\n\nThe peak is $2N$ bytes, `torch.cuda` says so ([docs](https://pytorch.org)).\n"
+    assert tr.markdown_differences(
+        english,
+        "## 1. 메모리\n\n최대는 $2N$ 바이트이며 `torch.cuda`가 알려 줍니다 ([문서](https://pytorch.org)).\n",
+    ) == ([], [])
+    errors, _ = tr.markdown_differences(
+        english, "### 1. 메모리\n\n최대는 $2M$ 바이트, `torch.cuda` ([문서](https://pytorch.org))."
+    )
+    assert errors == [
+        "headings differ (missing ['##']) (new ['###'])",
+        "math differ (missing ['$2N$']) (new ['$2M$'])",
+    ]
+    _, notes = tr.markdown_differences(
+        english, "## 1. 메모리\n\n최대는 $2N$ 바이트 ([문서](https://pytorch.kr))."
+    )
+    assert len(notes) == 2 and notes[0].startswith("code spans differ")
+
+
+# ---- the real lessons' editions ------------------------------------------------------------------------------------
+
+
+def _edition(slug: str) -> Path:
+    path = KO / "solutions" / slug / f"{slug}.ipynb"
+    if not path.is_file():
+        status = tr.catalog_status(
+            tr.read_catalog(tr.catalogue_path(slug)),
+            tr.lesson_template(
+                nbformat.read(SOLUTIONS / slug / f"{slug}.ipynb", as_version=4), slug, path.name
+            ),
+            slug,
+            tr.catalogue_path(slug),
+        )
+        pytest.skip(f"no Korean edition of {slug} yet, its catalogue is incomplete: {status.summary()}")
+    return path
+
+
+def test_every_lesson_has_a_catalogue_with_every_message():
+    for slug in lesson_slugs():
+        nb = nbformat.read(SOLUTIONS / slug / f"{slug}.ipynb", as_version=4)
+        status = tr.catalog_status(
+            tr.read_catalog(tr.catalogue_path(slug)),
+            tr.lesson_template(nb, slug, f"{slug}.ipynb"),
+            slug,
+            tr.catalogue_path(slug),
+        )
+        assert status.exists and not status.missing and not status.obsolete_used, (
+            f"{status.summary()}: run python scripts/translations.py extract {slug}"
+        )
+
+
+@pytest.mark.parametrize("slug", lesson_slugs())
+def test_korean_markdown_is_not_english_prose(slug):
+    nb = nbformat.read(_edition(slug), as_version=4)
+    english = [
+        (i, cell.source.strip().splitlines()[0][:60])
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "markdown"
+        and (share := tr.hangul_share(cell.source)) is not None
+        and share < 0.4
+    ]
+    assert not english, f"markdown cells of {slug} that read as English (under 40% Hangul letters): {english}"
+
+
+@pytest.mark.parametrize("slug", lesson_slugs())
+def test_korean_code_differs_only_in_comments_and_strings(slug):
+    korean = nbformat.read(_edition(slug), as_version=4)
+    english = nbformat.read(SOLUTIONS / slug / f"{slug}.ipynb", as_version=4)
+    assert len(korean.cells) == len(english.cells)
+    uses = 0
+    for index, (en, ko) in enumerate(zip(english.cells, korean.cells, strict=True)):
+        if en.cell_type == "code":
+            inserted = 'memlab.i18n.use("ko")' if 'memlab.i18n.use("ko")' in ko.source else None
+            uses += inserted is not None
+            assert tr.code_differences(en.source, ko.source, inserted) == [], f"cell {index}"
+    assert uses == 1
+
+
+def test_ko_lessons_are_the_render_of_ko_solutions():
+    if not (KO / "solutions").is_dir():
+        pytest.skip("no Korean edition is built yet (no catalogue is complete)")
+    rendered = build_lessons.render(KO / "solutions")
+    differ = [
+        rel
+        for rel, data in rendered.items()
+        if not (KO / "lessons" / rel).is_file() or (KO / "lessons" / rel).read_bytes() != data
+    ]
+    assert not differ, f"ko/lessons/ is out of date for {differ}: run python scripts/build_lessons.py"
+
+
+# ---- memlab speaks Korean -----------------------------------------------------------------------------------------
+
+
+def test_use_ko_translates_memlab_messages():
+    assert i18n.language() == "en" and i18n._("offline") == "offline"
+    i18n.use("ko")
+    assert i18n.language() == "ko"
+    assert i18n._("offline") == "오프라인"
+    assert i18n._("a message nobody translated") == "a message nobody translated"
+    report = {"python": "3", "torch": "2", **dict.fromkeys(hardware.REPORTED_PACKAGES), "gpu": None}
+    assert "CPU만 사용" in hardware.format_preflight(report)
+    i18n.use("en")
+    assert i18n._("offline") == "offline"
+    with pytest.raises(ValueError, match="unknown language"):
+        i18n.use("fr")
+
+
+def test_needs_and_name_error_speak_korean():
+    i18n.use("ko")
+    with pytest.raises(notebook.ExerciseNeeded) as stop:
+        notebook.needs("NOT_DEFINED_ANYWHERE", exercise="연습 1.5")
+    assert (
+        str(stop.value)
+        == "연습 1.5 먼저 끝내세요(해당 셀을 실행하세요): `NOT_DEFINED_ANYWHERE` 아직 정의되지 않음."
+    )
+    try:
+        exec("undefined_name_here", {"__name__": "__main__"})
+    except NameError as error:
+        (line,) = notebook.message_lines(NameError, error, error.__traceback__)
+    assert "`undefined_name_here`: 정의되지 않았습니다" in line
+
+
+def test_memlab_catalogue_is_complete_compiled_and_keeps_fields():
+    status = tr.memlab_status(ROOT / "translations")
+    assert status.complete, (
+        f"{status.summary()}: python scripts/translations.py extract memlab, then translate"
+    )
+    catalog = tr.read_catalog(tr.catalogue_path(tr.MEMLAB))
+    for message in catalog:
+        if message.id:
+            assert tr.fields(repr(message.id)) == tr.fields(repr(message.string)), message.id
+    compiled = ROOT / "memlab" / "locale" / "ko" / "LC_MESSAGES" / "memlab.mo"
+    shipped = tr.mo_messages(compiled.read_bytes())
+    assert shipped == tr.mo_messages(tr.compiled_messages(ROOT / "translations")), (
+        "memlab/locale is out of date: run python scripts/build_lessons.py"
+    )
+    assert len(shipped) == status.messages
+
+
+# ---- figures ------------------------------------------------------------------------------------------------------
+
+
+def test_korean_figure_has_no_missing_glyphs(tmp_path):
+    if plots.language_font("ko") is None:
+        pytest.skip(
+            "no font with Hangul here: pip install koreanize-matplotlib (or apt-get install fonts-nanum)"
+        )
+    import matplotlib.pyplot as plt
+
+    i18n.use("ko")
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [-1, 1])
+    ax.set_title("학습 단계별 메모리 (MiB)")
+    ax.set_xlabel("연산자 번호")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig.savefig(tmp_path / "ko.png")
+    plt.close(fig)
+    assert not [w for w in caught if "Glyph" in str(w.message) or "missing" in str(w.message)]
+    i18n.use("en")
+    import matplotlib as mpl
+
+    assert list(mpl.rcParams["font.family"]) == plots._font_state["family"]
+
+
+def test_missing_hangul_font_is_said_once_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(plots, "_LANGUAGE_FONTS", {"ko": ("No Such Font Family",)})
+    monkeypatch.setattr(plots, "FONT_PACKAGES", ())
+    monkeypatch.setitem(plots._font_state, "warned", set())
+    i18n.use("ko")
+    i18n.use("ko")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "koreanize-matplotlib" in err and "한글" in err
+
+
+# ---- slow: the Korean solution runs ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_korean_fixture_solution_executes_in_korean(built):
+    from nbclient import NotebookClient
+
+    path = built.parent / "ko" / "solutions" / SLUG / f"{SLUG}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.insert(
+        2,
+        nbformat.v4.new_code_cell(
+            "import memlab.i18n\nprint(memlab.i18n.language(), memlab.i18n._('offline'))"
+        ),
+    )
+    NotebookClient(nb, timeout=120, resources={"metadata": {"path": str(path.parent)}}).execute()
+    assert nb.cells[2].outputs[0]["text"] == "ko 오프라인\n"
+    assert nb.cells[1].outputs[0]["text"].startswith("오늘은 ")
+    assert nb.cells[10].outputs[0]["text"] == "add(2, 3)의 값은 5입니다\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slug", lesson_slugs())
+def test_korean_solution_executes(slug, tmp_path):
+    """Every built Korean solution runs without an error (in a copy: lesson 08 writes its run next to it)."""
+    from nbclient import NotebookClient
+
+    source = _edition(slug)
+    shutil.copytree(source.parent, tmp_path / slug)
+    nb = nbformat.read(tmp_path / slug / source.name, as_version=4)
+    NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(tmp_path / slug)}}).execute()
+
+
+def test_relative_links_still_name_the_same_file_from_the_deeper_edition_folder():
+    assert tr.deeper_links("see [distributed](../../memlab/distributed.py) and ![fig](img.png)") == (
+        "see [distributed](../../../memlab/distributed.py) and ![fig](../img.png)"
+    )
+    kept = "[paper](https://arxiv.org/abs/1) [above](#setup) [root](/etc/x) [mail](mailto:a@b)"
+    assert tr.deeper_links(kept) == kept
+    built = (ROOT / "ko" / "solutions" / "05-accumulation" / "05-accumulation.ipynb").read_text()
+    assert "](../../../memlab/distributed.py)" in built
+    assert (
+        (ROOT / "ko" / "solutions" / "05-accumulation" / "../../../memlab/distributed.py").resolve().is_file()
+    )
