@@ -10,10 +10,19 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
+# Under pytest-xdist the workers share the CPUs: torch in each worker, and in every kernel a worker starts, gets its
+# share of them (as grade.py's --jobs does), not one thread per CPU each; 2 workers x 2 threads on 2 cores ran two
+# lesson 08 notebooks 4-5 times slower than one after the other. Set before torch is imported; a value you set wins.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    os.environ.setdefault(
+        "OMP_NUM_THREADS", str(max(1, _cpus // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    )
 
-import autograders.kit as kit
-import memlab.hardware as hardware
+import pytest  # noqa: E402
+
+import autograders.kit as kit  # noqa: E402
+import memlab.hardware as hardware  # noqa: E402
 
 sys.path.insert(
     0, str(Path(__file__).resolve().parents[1] / "scripts")

@@ -11,6 +11,8 @@ import pytest
 
 from memlab.distributed import LaunchFailed, launch
 
+pytestmark = pytest.mark.slow  # starts process groups (gloo) for every test: the full tier
+
 WIDTHS = (256, 512, 512, 10)  # every first dimension even: ZeRO-3 splits each tensor exactly in two
 SHAPES = [(512, 256), (512,), (512, 512), (512,), (10, 512), (10,)]
 PSI = sum(math.prod(s) for s in SHAPES)

@@ -28,6 +28,8 @@ from grading.batch import student_id
 from grading.course import graded_cells
 from grading.submission import grade_id, is_test_cell
 
+pytestmark = pytest.mark.slow  # grades lessons with nbgrader autograde and with grade.py: the full tier
+
 SEED = 4321
 WRONG_ADD = ("return a + b", "return a - b")
 #: e2's check replaced by one that shows a transcript with the right values of the public cases

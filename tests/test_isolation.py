@@ -170,10 +170,12 @@ def test_tmp_and_dev_shm_are_private_and_empty(kit_dir, workdir, tmp_path):
             seen = printed(proc)
             assert name not in seen["tmp"] and name not in seen["shm"]
             assert seen["shm"] == []
-            # the sandbox's HOME, and the folders that lead to the kit and to the submission's folder
+            # the sandbox's HOME, and the folders that lead to what it binds read-only or writable: the kit, the
+            # submission's folder, and the Python installation where it lives under /tmp (a clone CI'd in /tmp)
+            bound = (kit_dir, workdir, sys.prefix, Path(__file__).resolve())
             assert set(seen["tmp"]) <= {
                 "home",
-                *(Path(p).parts[2] for p in (kit_dir, workdir) if str(p).startswith("/tmp/")),
+                *(Path(p).parts[2] for p in bound if str(p).startswith("/tmp/")),
             }
         assert not os.path.exists(f"/dev/shm/{name}")
         assert outside_tmp.read_text() == "the grader's own file"

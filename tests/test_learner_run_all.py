@@ -23,6 +23,8 @@ from nbgrader_pipeline import SOLUTIONS, build_lessons, lesson_slugs
 
 from autograders.kit import GRADING_ENV
 
+pytestmark = pytest.mark.slow  # executes the learner versions: the full tier
+
 FRIENDLY = {"CheckFailed", "ExerciseNeeded", "NotGradedHere"}
 CELL_TIMEOUT = 300  # seconds per cell
 
