@@ -111,13 +111,6 @@ def read_names(code: str) -> set[str]:
     """The global names a cell reads: at its top level, or free in its functions, classes and comprehensions
     (their parameters and locals are theirs); a name that is only the base of an item stored to (`SUMMARY[k] = v`)
     is not read."""
-    store_bases = {
-        node.value.id
-        for node in ast.walk(ast.parse(code))
-        if isinstance(node, ast.Subscript)
-        and isinstance(node.ctx, ast.Store)
-        and isinstance(node.value, ast.Name)
-    }
     read: set[str] = set()
     tables = [symtable.symtable(code, "<cell>", "exec")]
     while tables:
@@ -128,26 +121,20 @@ def read_names(code: str) -> set[str]:
                 read.add(symbol.get_name())
         tables.extend(table.get_children())
     # a name read only as `NAME[...] = value` is not a read of what NAME holds
-    return {name for name in read if name not in store_bases or _loaded_elsewhere(code, name)}
-
-
-def _loaded_elsewhere(code: str, name: str) -> bool:
-    """Whether `name` is loaded anywhere other than as the base of an item stored to."""
-    tree = ast.parse(code)
+    nodes = list(ast.walk(ast.parse(code)))
     bases = {
-        id(node.value)
-        for node in ast.walk(tree)
+        id(node.value): node.value.id
+        for node in nodes
         if isinstance(node, ast.Subscript)
         and isinstance(node.ctx, ast.Store)
         and isinstance(node.value, ast.Name)
     }
-    return any(
-        isinstance(node, ast.Name)
-        and node.id == name
-        and isinstance(node.ctx, ast.Load)
-        and id(node) not in bases
-        for node in ast.walk(tree)
-    )
+    loaded = {
+        node.id
+        for node in nodes
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in bases
+    }
+    return read - (set(bases.values()) - loaded)
 
 
 def unsafe_tags(nb) -> list[str]:
