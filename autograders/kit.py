@@ -55,10 +55,17 @@ import os
 import random
 import traceback
 import types
+from pathlib import Path
 
 from autograders import wire
 from memlab.hardware import unmet_requirements
+from memlab.i18n import translator
 from memlab.notebook import GRADING_ENV, LessonMessage, fill, unwritten_parts
+
+#: the check kit's messages in the kernel's language (memlab.i18n.use; the judge uses the graded lesson's):
+#: translations/<language>/autograders.po, compiled into autograders/locale/. Case labels are not translated: the
+#: kernel records them and the judge replays them, so they must not depend on the language either side speaks.
+_ = translator("autograders", Path(__file__).resolve().parent / "locale")
 
 SEED_ENV = "COURSE_GRADING_SEED"
 TRANSCRIPT_MIME = "application/vnd.memlab.transcript+json"
@@ -81,7 +88,7 @@ class NotCheckedHere(Exception):
     """Raised by `needs_hardware` inside a check; `@check` turns it into the learner's line or NotGradedHere."""
 
     def __init__(self, needs: str, found: str, passed: str):
-        super().__init__(f"NOT CHECKED HERE: needs {needs}, found {found}")
+        super().__init__(_("NOT CHECKED HERE: needs {needs}, found {found}").format(needs=needs, found=found))
         self.needs, self.found, self.passed = needs, found, passed
 
 
@@ -248,9 +255,7 @@ class _Run:
             Exception
         ) as bug:  # the check's own code broke on what the learner's code did: recorded as such,
             # so that the judge says what a learner would be told, not that the record was cut short
-            self.records.append(
-                Record(label, failed=f"the check itself crashed ({type(bug).__name__}: {bug}).")
-            )
+            self.records.append(Record(label, failed=_crashed(bug)))
             raise
         finally:
             self.depth -= 1
@@ -280,14 +285,20 @@ class _Run:
             raise TranscriptMismatch(f"the value recorded for {label!r} is malformed ({bad})") from None
 
 
+def _crashed(bug: Exception) -> str:
+    return _("the check itself crashed ({error}: {message}).").format(error=type(bug).__name__, message=bug)
+
+
 def _what(label: str) -> str:
-    return f"what your code gave in case {label}"
+    return _("what your code gave in case {case}").format(case=label)
 
 
 def _not_plain(refused: wire.NotPlainData, label: str) -> CheckFailed:
     return CheckFailed(
-        f"case {label}: {refused}; a check takes only numbers, strings, bool, None, lists, tuples and dicts of "
-        "them, and torch tensors (graded outside your notebook, a value is passed on as plain data)."
+        _(
+            "case {case}: {refused}; a check takes only numbers, strings, bool, None, lists, tuples and dicts of "
+            "them, and torch tensors (graded outside your notebook, a value is passed on as plain data)."
+        ).format(case=label, refused=refused)
     )
 
 
@@ -386,6 +397,9 @@ class Verdict:
     not_checked: bool = False
     not_graded: bool = False
     fingerprint: str = ""  # see `fingerprint()`
+    #: the record does not follow the check's own steps (another check's, or not this one's): honest code cannot
+    #: produce it, so the grader flags it for a human
+    forged: bool = False
 
 
 def check(name: str, points: float, *, rerun: bool = False):
@@ -411,7 +425,7 @@ def check(name: str, points: float, *, rerun: bool = False):
                 return None
             if not verdict.passed:
                 raise CheckFailed(verdict.message) from None
-            print(_success_line(name, verdict.cases))
+            print(success_line(name, verdict.cases))
             return None
 
         run.check_name = name
@@ -421,8 +435,9 @@ def check(name: str, points: float, *, rerun: bool = False):
     return decorate
 
 
-def _success_line(name: str, cases: int) -> str:
-    return f"✓ {name}: {cases} case{'s' if cases != 1 else ''} passed"
+def success_line(name: str, cases: int) -> str:
+    line = _("✓ {name}: {cases} case passed") if cases == 1 else _("✓ {name}: {cases} cases passed")
+    return line.format(name=name, cases=cases)
 
 
 def _outcome(declared: Check, run: _Run, args, kwargs) -> Verdict:
@@ -436,14 +451,18 @@ def _outcome(declared: Check, run: _Run, args, kwargs) -> Verdict:
         except NotCheckedHere as missing:
             if run.mode != LEARNER:
                 return Verdict(False, message=str(missing), not_graded=True)
-            passed = f" What can be checked here passed: {missing.passed}." if missing.passed else ""
+            passed = (
+                " " + _("What can be checked here passed: {passed}.").format(passed=missing.passed)
+                if missing.passed
+                else ""
+            )
             return Verdict(False, message=f"{name}: {missing}.{passed}", not_checked=True)
         except NotGradedHere as not_graded:
             return Verdict(False, message=str(not_graded), not_graded=True)
         except TranscriptMismatch:
             raise
         except Exception as bug:  # a bug in the check itself: say so plainly, never blame the learner
-            raise RuntimeError(f"{name}: the check itself crashed ({type(bug).__name__}: {bug}).") from bug
+            raise RuntimeError(f"{name}: {_crashed(bug)}") from bug
     if run.mode == COLLECT:
         return Verdict(True)
     if isinstance(n_cases, bool) or not isinstance(n_cases, int) or n_cases < 1:
@@ -468,18 +487,16 @@ def collect(declared: Check, args, kwargs) -> Transcript:
 def judge(declared: Check, transcript: Transcript, n_args: int = 1, kwarg_names=()) -> Verdict:
     """The verdict on a transcript, reached without the learner's objects (`Absent` in their place)."""
     if transcript.check != declared.name:
-        return Verdict(
-            False, message=f"{declared.name}: the record is of another check ({transcript.check!r})"
-        )
+        other = _("the record is of another check ({other})").format(other=repr(transcript.check))
+        return Verdict(False, message=f"{declared.name}: {other}", forged=True)
     args = [Absent(f"argument {i + 1}") for i in range(n_args)]
     kwargs = {k: Absent(k) for k in kwarg_names}
     run = _Run(JUDGE, transcript)
     try:
         return _outcome(declared, run, args, kwargs)
     except TranscriptMismatch as mismatch:
-        return Verdict(
-            False, message=f"{declared.name}: the record of this check does not match it: {mismatch}"
-        )
+        text = _("the record of this check does not match it: {mismatch}").format(mismatch=mismatch)
+        return Verdict(False, message=f"{declared.name}: {text}", forged=True)
 
 
 def _strict(declared: Check, args, kwargs) -> Verdict:
@@ -491,10 +508,9 @@ def _strict(declared: Check, args, kwargs) -> Verdict:
 
 def _collect_and_show(declared: Check, args, kwargs) -> None:
     transcript = collect(declared, args, kwargs)
-    text = (
-        f"{declared.name}: collected for grading ({len(transcript.records)} step(s)); the verdict is reached "
-        "outside this notebook"
-    )
+    text = _(
+        "{name}: collected for grading ({steps} step(s)); the verdict is reached outside this notebook"
+    ).format(name=declared.name, steps=len(transcript.records))
     try:
         from IPython.display import display
 
@@ -540,17 +556,29 @@ def expect_callable(obj, name: str) -> None:
 
 def _expect_callable(obj, name: str) -> None:
     if obj is None or obj is ...:
-        raise CheckFailed(f"`{name}` is not defined yet (it is None): write it, run its cell, then this one.")
+        raise CheckFailed(
+            _("`{name}` is not defined yet (it is None): write it, run its cell, then this one.").format(
+                name=name
+            )
+        )
     if not callable(obj):
-        raise CheckFailed(f"`{name}` should be a function; got a {type(obj).__name__}.")
+        raise CheckFailed(
+            _("`{name}` should be a function; got a {type}.").format(name=name, type=type(obj).__name__)
+        )
     parts = unwritten_parts(obj)
     methods = [v for v in vars(obj).values() if callable(v)] if isinstance(obj, type) else [obj]
     if parts and len(parts) >= len(methods):
-        raise CheckFailed(f"`{name}` is not written yet: it still raises NotImplementedError.")
+        raise CheckFailed(
+            _("`{name}` is not written yet: it still raises NotImplementedError.").format(name=name)
+        )
     if parts:
         listed = ", ".join(f"`{p}`" for p in parts)
-        verb = "raises" if len(parts) == 1 else "raise"
-        raise CheckFailed(f"`{name}` is not finished: {listed} still {verb} NotImplementedError.")
+        text = (
+            _("`{name}` is not finished: {parts} still raises NotImplementedError.")
+            if len(parts) == 1
+            else _("`{name}` is not finished: {parts} still raise NotImplementedError.")
+        )
+        raise CheckFailed(text.format(name=name, parts=listed))
 
 
 def call(fn, *args, case: str, **kwargs):
@@ -567,11 +595,12 @@ def _call(fn, args, kwargs, case: str):
         # only the lesson stub's bare `raise NotImplementedError()` means "not written yet"; torch raises
         # NotImplementedError with a message for a missing kernel (e.g. "sum_cpu" not implemented for 'Float8_e4m3fn')
         if type(error) is NotImplementedError and not str(error):
-            message = "your function raised NotImplementedError: it is not written yet."
-            raise CheckFailed(f"case {case}: {message}") from None
-        where = _learner_line(error)
+            message = _("case {case}: your function raised NotImplementedError: it is not written yet.")
+            raise CheckFailed(message.format(case=case)) from None
         raise CheckFailed(
-            f"case {case}: your function raised {type(error).__name__}: {error}{where}"
+            _("case {case}: your function raised {error}: {message}{where}").format(
+                case=case, error=type(error).__name__, message=error, where=_learner_line(error)
+            )
         ) from None
 
 
@@ -582,18 +611,23 @@ def _learner_line(error: BaseException) -> str:
     if not own:
         return ""
     frame = own[-1]
-    where = "your code" if frame.filename.startswith("<") or "ipykernel" in frame.filename else frame.filename
+    where = (
+        _("your code") if frame.filename.startswith("<") or "ipykernel" in frame.filename else frame.filename
+    )
     code = f": {frame.line.strip()}" if frame.line else ""
-    return f" (at line {frame.lineno} of {where}{code})"
+    return " " + _("(at line {line} of {where}{code})").format(line=frame.lineno, where=where, code=code)
 
 
-_TYPE_NAMES = {
-    numbers.Integral: "an int",
-    numbers.Real: "a number",
-    int: "an int",
-    float: "a float",
-    dict: "a dict",
-}
+def _type_name(t: type) -> str:
+    """'an int', 'a number', ... (in the kernel's language) for a type a check asks for."""
+    names = {
+        numbers.Integral: _("an int"),
+        numbers.Real: _("a number"),
+        int: _("an int"),
+        float: _("a float"),
+        dict: _("a dict"),
+    }
+    return names.get(t) or _("a {type}").format(type=t.__name__)
 
 
 def expect_type(got, types, *, case: str, what: str) -> None:
@@ -603,14 +637,22 @@ def expect_type(got, types, *, case: str, what: str) -> None:
     else:
         ok = isinstance(got, types)
     if not ok:
-        wanted = " or ".join(_TYPE_NAMES.get(t, f"a {t.__name__}") for t in types)
-        raise CheckFailed(f"case {case}: {what} should be {wanted}; got {_describe(got)}.")
+        wanted = _(" or ").join(_type_name(t) for t in types)
+        raise CheckFailed(
+            _("case {case}: {what} should be {wanted}; got {got}.").format(
+                case=case, what=what, wanted=wanted, got=_describe(got)
+            )
+        )
 
 
 def expect_finite(got, *, case: str, what: str) -> None:
     value = float(got)
     if not math.isfinite(value):
-        raise CheckFailed(f"case {case}: {what} should be a finite number; got {value}.")
+        raise CheckFailed(
+            _("case {case}: {what} should be a finite number; got {got}.").format(
+                case=case, what=what, got=value
+            )
+        )
 
 
 def expect_close(
@@ -638,55 +680,66 @@ def expect_close(
         return
     tol_text = _tolerance_text(rtol, atol)
     if reveal:
-        raise CheckFailed(f"case {case}: expected {what} = {_num(expected)} ({tol_text}); got {_num(got)}.")
-    raise CheckFailed(f"case {case}: {what} is {how_far(got, expected)}: you got {_num(got)} ({tol_text}).")
+        text = _("case {case}: expected {what} = {expected} ({tolerance}); got {got}.")
+        raise CheckFailed(
+            text.format(case=case, what=what, expected=_num(expected), tolerance=tol_text, got=_num(got))
+        )
+    text = _("case {case}: {what} is {how_far}: you got {got} ({tolerance}).")
+    raise CheckFailed(
+        text.format(case=case, what=what, how_far=how_far(got, expected), got=_num(got), tolerance=tol_text)
+    )
 
 
 def how_far(got: float, expected: float) -> str:
     """How far `got` is from `expected`, in words that do not give `expected` away ("too high, by less than 1%")."""
     if expected == 0:
-        return "too high" if got > 0 else "too low"
+        return _("too high") if got > 0 else _("too low")
     if got == 0:
-        return "zero where it should not be"
+        return _("zero where it should not be")
     if (got > 0) != (expected > 0):
-        return "of the wrong sign"
-    direction = "too high" if abs(got) > abs(expected) else "too low"
+        return _("of the wrong sign")
+    high = abs(got) > abs(expected)
     factor = max(abs(got / expected), abs(expected / got))
     for limit, words in (
-        (1.01, "by less than 1%"),
-        (1.1, "by 1% to 10%"),
-        (2, "by 10% to a factor of 2"),
-        (10, "by a factor of 2 to 10"),
+        (1.01, (_("too high, by less than 1%"), _("too low, by less than 1%"))),
+        (1.1, (_("too high, by 1% to 10%"), _("too low, by 1% to 10%"))),
+        (2, (_("too high, by 10% to a factor of 2"), _("too low, by 10% to a factor of 2"))),
+        (10, (_("too high, by a factor of 2 to 10"), _("too low, by a factor of 2 to 10"))),
+        (math.inf, (_("too high, by more than a factor of 10"), _("too low, by more than a factor of 10"))),
     ):
         if factor < limit:
-            return f"{direction}, {words}"
-    return f"{direction}, by more than a factor of 10"
+            return words[0] if high else words[1]
+    return words[0] if high else words[1]  # factor is inf or nan
 
 
 def expect_equal(got, expected, *, case: str, what: str, reveal: bool = True) -> None:
     if expected is DEFERRED or got == expected:
         return
     if reveal:
-        raise CheckFailed(f"case {case}: expected {what} = {expected!r}; got {got!r}.")
-    raise CheckFailed(f"case {case}: {what} is not right: got {got!r}.")
+        text = _("case {case}: expected {what} = {expected}; got {got}.")
+        raise CheckFailed(text.format(case=case, what=what, expected=repr(expected), got=repr(got)))
+    raise CheckFailed(
+        _("case {case}: {what} is not right: got {got}.").format(case=case, what=what, got=repr(got))
+    )
 
 
 def expect_keys(got: dict, keys, *, case: str, what: str) -> None:
     expect_type(got, dict, case=case, what=what)
     missing = [k for k in keys if k not in got]
     if missing:
-        raise CheckFailed(f"case {case}: {what} is missing the key(s) {missing}; it has {sorted(got)}.")
+        text = _("case {case}: {what} is missing the key(s) {missing}; it has {keys}.")
+        raise CheckFailed(text.format(case=case, what=what, missing=missing, keys=sorted(got)))
 
 
 def _tolerance_text(rtol: float, atol: float) -> str:
     if not rtol and not atol:
-        return "exactly"
+        return _("exactly")
     parts = []
     if rtol:
-        parts.append(f"±{rtol:.3g} relative")
+        parts.append(_("±{rtol} relative").format(rtol=f"{rtol:.3g}"))
     if atol:
-        parts.append(f"±{_num(atol)} absolute")
-    return "tolerance " + " + ".join(parts)
+        parts.append(_("±{atol} absolute").format(atol=_num(atol)))
+    return _("tolerance {parts}").format(parts=" + ".join(parts))
 
 
 def _num(x: float) -> str:
@@ -699,4 +752,4 @@ def _describe(obj) -> str:
     text = repr(obj)
     if len(text) > 60:
         text = text[:57] + "..."
-    return f"a {type(obj).__name__} ({text})"
+    return _("a {type} ({value})").format(type=type(obj).__name__, value=text)

@@ -16,6 +16,7 @@ import torch
 from autograders.kit import (
     DEFERRED,
     CheckFailed,
+    _,
     call,
     check,
     drawn,
@@ -35,7 +36,7 @@ GiB = 1024**3
 
 def _step(model: torch.nn.Module, optimizer, steps: int) -> None:
     """`steps` real optimizer steps on random gradients: the state the learner's function is asked about."""
-    for _ in range(steps):
+    for _i in range(steps):
         for p in model.parameters():
             p.grad = torch.randn_like(p)
         optimizer.step()
@@ -124,8 +125,8 @@ def check_optimizer_state_bytes(optimizer_state_bytes) -> int:
         _step(model, optimizer, steps)
         expected = reference(lambda: _state_bytes(model, optimizer))  # noqa: B023 - called at once
         got = call(optimizer_state_bytes, optimizer, case=name)
-        expect_type(got, numbers.Integral, case=name, what="the byte count")
-        expect_close(got, expected, case=name, what="the optimizer-state bytes")
+        expect_type(got, numbers.Integral, case=name, what=_("the byte count"))
+        expect_close(got, expected, case=name, what=_("the optimizer-state bytes"))
     return len(cases)
 
 
@@ -149,8 +150,8 @@ def check_adamw8bit_state_bytes(adamw8bit_state_bytes) -> int:
     # what runs without bitsandbytes: the function answers a small question with a byte count
     first = "one 64x128 matrix"
     got = call(adamw8bit_state_bytes, [(64, 128)], min_8bit_size=4096, case=first)
-    expect_type(got, numbers.Integral, case=first, what="the byte count")
-    needs_hardware(packages=("bitsandbytes",), passed="your function returns an int")
+    expect_type(got, numbers.Integral, case=first, what=_("the byte count"))
+    needs_hardware(packages=("bitsandbytes",), passed=_("your function returns an int"))
     import bitsandbytes as bnb
 
     cases = [
@@ -165,8 +166,8 @@ def check_adamw8bit_state_bytes(adamw8bit_state_bytes) -> int:
     for name, shapes, min_8bit_size in cases:
         expected = reference(lambda: _adamw8bit_state_bytes(bnb, shapes, min_8bit_size))  # noqa: B023
         got = call(adamw8bit_state_bytes, [tuple(s) for s in shapes], min_8bit_size=min_8bit_size, case=name)
-        expect_type(got, numbers.Integral, case=name, what="the byte count")
-        expect_close(got, expected, case=name, what="the predicted AdamW8bit state bytes", reveal=False)
+        expect_type(got, numbers.Integral, case=name, what=_("the byte count"))
+        expect_close(got, expected, case=name, what=_("the predicted AdamW8bit state bytes"), reveal=False)
     return len(cases)
 
 
@@ -213,13 +214,13 @@ def check_predict_live_bytes(predict_live_bytes) -> int:
     for name, (widths, batch, optimizer_name) in zip(names, cases):
         measured = reference(lambda: _live_bytes(widths, batch, optimizer_name))  # noqa: B023
         got = call(predict_live_bytes, list(widths), batch, optimizer_name, case=name)
-        expect_keys(got, MARKS, case=name, what="the returned dict")
+        expect_keys(got, MARKS, case=name, what=_("the returned dict"))
         for mark in MARKS:
             expect_close(
                 got[mark],
                 measured if measured is DEFERRED else measured[mark],
                 case=name,
-                what=f"the live bytes {mark}",
+                what=_("the live bytes {mark}").format(mark=mark),
                 reveal=False,
             )
     return len(cases)
@@ -295,8 +296,8 @@ def check_kv_cache_bytes(kv_cache_bytes) -> int:
         got = call(
             kv_cache_bytes, config, batch, seq, bytes_per_value=torch.finfo(dtype).bits // 8, case=name
         )
-        expect_type(got, numbers.Real, case=name, what="the byte count")
-        expect_close(got, expected, case=name, what="the KV-cache bytes", reveal=False)
+        expect_type(got, numbers.Real, case=name, what=_("the byte count"))
+        expect_close(got, expected, case=name, what=_("the KV-cache bytes"), reveal=False)
     return len(cases)
 
 
@@ -340,8 +341,8 @@ def check_training_state_bytes(training_state_bytes) -> int:
     for name, n_params, n_trainable, weights, optimizer in cases:
         expected = reference(lambda: zero_convention_bytes(n_params, n_trainable, weights, optimizer))  # noqa: B023
         got = call(training_state_bytes, n_params, n_trainable, weights, optimizer, case=name)
-        expect_type(got, numbers.Real, case=name, what="the byte count")
-        expect_close(got, expected, case=name, what="the training-state bytes", rtol=1e-9, reveal=False)
+        expect_type(got, numbers.Real, case=name, what=_("the byte count"))
+        expect_close(got, expected, case=name, what=_("the training-state bytes"), rtol=1e-9, reveal=False)
     return len(cases)
 
 

@@ -24,6 +24,7 @@ import torch
 from autograders.kit import (
     DEFERRED,
     CheckFailed,
+    _,
     call,
     check,
     drawn,
@@ -132,47 +133,68 @@ def _decode_reference(name: str) -> tuple[list[int], list[float]]:
 
 def pattern_class(bits: int, f: FloatFormat) -> str:
     """What a bit pattern's fields make it, in words, without its value."""
-    _, exponent, mantissa = bit_fields(bits, f)
+    _sign, exponent, mantissa = bit_fields(bits, f)
     ones_e, ones_m = "1" * f.exponent_bits, "1" * f.mantissa_bits
     zero_m = "0" * f.mantissa_bits
     if exponent == "0" * f.exponent_bits:
-        return "a zero exponent with a zero mantissa" if mantissa == zero_m else "a subnormal"
+        return _("a zero exponent with a zero mantissa") if mantissa == zero_m else _("a subnormal")
     if exponent == ones_e:
         if f.nan_encoding == "fn":
             if mantissa == ones_m:
-                return "an all-ones exponent with an all-ones mantissa"
-            return f"a normal number: in {f.name}'s fn variant the all-ones exponent is an ordinary binade"
+                return _("an all-ones exponent with an all-ones mantissa")
+            return _(
+                "a normal number: in {format}'s fn variant the all-ones exponent is an ordinary binade"
+            ).format(format=f.name)
         if mantissa == zero_m:
-            return "an all-ones exponent with a zero mantissa"
-        return "an all-ones exponent with a nonzero mantissa"
-    return "a normal number"
+            return _("an all-ones exponent with a zero mantissa")
+        return _("an all-ones exponent with a nonzero mantissa")
+    return _("a normal number")
 
 
 def _decode_failure(
     f: FloatFormat, bits: int, got: float, expected: float, n_wrong: int, n: int, label: str = ""
 ) -> str:
     sign, exponent, mantissa = bit_fields(bits, f)
-    what = pattern_class(bits, f)
-    head = (
-        f"case {label or f.name}: {n_wrong:,} of {n:,} bit patterns decode wrongly. The first is "
-        f"0x{bits:0{f.bits // 4}X} = sign {sign} | exponent {exponent} | mantissa {mantissa} ({what}); "
-        f"your decode returned {got!r}"
+    head = _("case {case}: {n_wrong:,} of {n:,} bit patterns decode wrongly.").format(
+        case=label or f.name, n_wrong=n_wrong, n=n
+    )
+    fields = dict(
+        pattern=f"0x{bits:0{f.bits // 4}X}",
+        sign=sign,
+        exponent=exponent,
+        mantissa=mantissa,
+        kind=pattern_class(bits, f),
+        got=repr(got),
     )
     if math.isfinite(expected) and expected != 0:
         if not math.isfinite(got):
-            return head + ", but this pattern is a finite number."
-        return f"{head}, which is {how_far(got, expected)}."
-    return f"{head}. Look again at what this pattern means in {f.name}, sign included."
+            first = _(
+                "The first is {pattern} = sign {sign} | exponent {exponent} | mantissa {mantissa} ({kind}); "
+                "your decode returned {got}, but this pattern is a finite number."
+            ).format(**fields)
+        else:
+            first = _(
+                "The first is {pattern} = sign {sign} | exponent {exponent} | mantissa {mantissa} ({kind}); "
+                "your decode returned {got}, which is {how_far}."
+            ).format(**fields, how_far=how_far(got, expected))
+    else:
+        first = _(
+            "The first is {pattern} = sign {sign} | exponent {exponent} | mantissa {mantissa} ({kind}); "
+            "your decode returned {got}. Look again at what this pattern means in {format}, sign included."
+        ).format(**fields, format=f.name)
+    return f"{head} {first}"
 
 
 def _expect_float(got, case: str) -> None:
     if not isinstance(got, float):
         name = type(got).__name__
         text = repr(got) if len(repr(got)) <= 60 else repr(got)[:57] + "..."
-        article = "an" if name[0] in "aeiou" else "a"
-        raise CheckFailed(
-            f"case {case}: the decoded value should be a Python float; got {article} {name} ({text})."
+        message = (
+            _("case {case}: the decoded value should be a Python float; got an {type} ({value}).")
+            if name[0] in "aeiou"
+            else _("case {case}: the decoded value should be a Python float; got a {type} ({value}).")
         )
+        raise CheckFailed(message.format(case=case, type=name, value=text))
 
 
 def _drawn_decode_case(rng, i: int) -> tuple[str, str, list[int]]:
@@ -269,7 +291,7 @@ def check_format_limits(format_limits) -> int:
     for case, args, name in cases:
         expected = reference(lambda: _expected_limits(name, args))  # noqa: B023 - called at once
         got = call(format_limits, *args, case=case)
-        expect_keys(got, LIMIT_KEYS, case=case, what="the returned dict")
+        expect_keys(got, LIMIT_KEYS, case=case, what=_("the returned dict"))
         for key in LIMIT_KEYS:
             want = DEFERRED if expected is DEFERRED else expected[key]
             expect_close(got[key], want, case=case, what=f'"{key}"', reveal=False)
@@ -317,20 +339,28 @@ def fp32_rounding_class(bits: int) -> str:
     exponent, mantissa = (bits >> 23) & 0xFF, bits & 0x7FFFFF
     if exponent == 0xFF:
         if not mantissa:
-            return "an infinity"
-        low_only = " with a payload only in the low 16 bits" if mantissa >> 16 == 0 else ""
-        return f"a NaN{low_only}"
+            return _("an infinity")
+        if mantissa >> 16 == 0:
+            return _("a NaN with a payload only in the low 16 bits")
+        return _("a NaN")
     if exponent == 0 and mantissa == 0:
-        return "a zero" + (" with the sign bit set" if bits >> 31 else "")
-    kind = "an fp32 subnormal" if exponent == 0 else "a normal number"
+        return _("a zero with the sign bit set") if bits >> 31 else _("a zero")
     low = bits & 0xFFFF
     if low == 0:
-        return f"{kind} already exact in bf16 (low 16 bits zero)"
-    kept_last = "odd" if bits >> 16 & 1 else "even"
-    where = "an exact tie" if low == 0x8000 else ("above halfway" if low > 0x8000 else "below halfway")
-    text = f"{kind}, low 16 bits 0x{low:04X}: {where}, last kept bit {kept_last}"
+        if exponent == 0:
+            return _("an fp32 subnormal already exact in bf16 (low 16 bits zero)")
+        return _("a normal number already exact in bf16 (low 16 bits zero)")
+    kind = _("an fp32 subnormal") if exponent == 0 else _("a normal number")
+    kept_last = _("odd") if bits >> 16 & 1 else _("even")
+    if low == 0x8000:
+        where = _("an exact tie")
+    else:
+        where = _("above halfway") if low > 0x8000 else _("below halfway")
+    text = _("{kind}, low 16 bits 0x{low:04X}: {where}, last kept bit {parity}").format(
+        kind=kind, low=low, where=where, parity=kept_last
+    )
     if (bits >> 16) & 0x7F == 0x7F and low >= 0x8000:
-        text += "; the 7 kept mantissa bits are all ones"
+        text += _("; the 7 kept mantissa bits are all ones")
     return text
 
 
@@ -362,19 +392,25 @@ def check_round_to_bf16(round_to_bf16) -> int:
             f"{name}: the input after the call",
             lambda: int((learner_x.view(torch.int32) != x_bits).sum()),  # noqa: B023 - called at once
         )
-        expect_type(got, torch.Tensor, case=name, what="the result")
+        expect_type(got, torch.Tensor, case=name, what=_("the result"))
         if got.dtype != torch.float32:
             raise CheckFailed(
-                f"case {name}: the result should be a float32 tensor (bf16 values held in fp32); got {got.dtype}."
+                _(
+                    "case {case}: the result should be a float32 tensor (bf16 values held in fp32); got {dtype}."
+                ).format(case=name, dtype=got.dtype)
             )
         if got.shape != x.shape:
             raise CheckFailed(
-                f"case {name}: the result should have shape {tuple(x.shape)}; got {tuple(got.shape)}."
+                _("case {case}: the result should have shape {expected}; got {got}.").format(
+                    case=name, expected=tuple(x.shape), got=tuple(got.shape)
+                )
             )
         if changed:
             raise CheckFailed(
-                f"case {name}: your function changed its input ({changed:,} of {x.numel():,} elements): "
-                "leave x as it is and return a new tensor."
+                _(
+                    "case {case}: your function changed its input ({changed:,} of {total:,} elements): "
+                    "leave x as it is and return a new tensor."
+                ).format(case=name, changed=changed, total=x.numel())
             )
         expected = reference(lambda: x.to(torch.bfloat16).float())  # noqa: B023 - called at once
         if not judging():
@@ -393,14 +429,22 @@ def check_round_to_bf16(round_to_bf16) -> int:
             out_value = got.flatten()[i].item()
             note = ""
             if out_value != out_value and out_bits & 0xFFFF:
-                note = " That is a NaN, but not a bf16 one: its low 16 bits must be zero too."
+                note = " " + _("That is a NaN, but not a bf16 one: its low 16 bits must be zero too.")
             elif out_bits & 0xFFFF:
-                note = " Its low 16 bits are not zero, so it is not a bf16 value."
-            raise CheckFailed(
-                f"case {name}: {n_wrong:,} of {x.numel():,} elements are wrong. The first: input "
-                f"{_fp32_hex(in_bits)} ({fp32_rounding_class(in_bits)}) -> you returned {_fp32_hex(out_bits)} "
-                f"({out_value!r}).{note}"
+                note = " " + _("Its low 16 bits are not zero, so it is not a bf16 value.")
+            message = _(
+                "case {case}: {n_wrong:,} of {total:,} elements are wrong. The first: input {input_bits} "
+                "({input_kind}) -> you returned {output_bits} ({output_value})."
+            ).format(
+                case=name,
+                n_wrong=n_wrong,
+                total=x.numel(),
+                input_bits=_fp32_hex(in_bits),
+                input_kind=fp32_rounding_class(in_bits),
+                output_bits=_fp32_hex(out_bits),
+                output_value=repr(out_value),
             )
+            raise CheckFailed(message + note)
     return len(cases)
 
 
@@ -480,8 +524,8 @@ def check_ulp(ulp) -> int:
     for case, x, name, is_drawn in cases:
         expected = reference(lambda: _expected_ulp(x, name, is_drawn))  # noqa: B023 - called at once
         got = call(ulp, x, name, case=case)
-        expect_type(got, numbers.Real, case=case, what="the ulp")
-        expect_close(got, expected, case=case, what="the ulp", reveal=False)
+        expect_type(got, numbers.Real, case=case, what=_("the ulp"))
+        expect_close(got, expected, case=case, what=_("the ulp"), reveal=False)
     return len(cases)
 
 

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from autograders.kit import (
     DEFERRED,
     CheckFailed,
+    _,
     call,
     check,
     drawn,
@@ -77,7 +78,7 @@ def _log_uniform(n: int, low: int, high: int, rng: random.Random) -> torch.Tenso
     from their bits (exactly the same on every machine and torch version)."""
     assert -126 <= low < high <= 128
     bits = []
-    for _ in range(n):
+    for _draw in range(n):
         word = (rng.getrandbits(1) << 31) | ((rng.randrange(low, high) + 127) << 23) | rng.getrandbits(23)
         bits.append(word - (1 << 32) if word >= 1 << 31 else word)
     return torch.tensor(bits, dtype=torch.int32).view(torch.float32)
@@ -158,17 +159,25 @@ def check_underflow_fraction(underflow_fraction) -> int:
         expected = reference(lambda: _expected_underflow(name, grads, scale, dtype))  # noqa: B023 - called at once
         copies = [None if t is None else t.clone() for t in grads]
         got = call(underflow_fraction, copies, scale, dtype=dtype, case=name)
-        expect_type(got, float, case=name, what="the fraction")
+        expect_type(got, float, case=name, what=_("the fraction"))
         if not 0.0 <= got <= 1.0:
-            raise CheckFailed(f"case {name}: the fraction should be between 0 and 1; got {got}.")
+            raise CheckFailed(
+                _("case {case}: the fraction should be between 0 and 1; got {got}.").format(
+                    case=name, got=got
+                )
+            )
         unchanged = learner(
             f"{name} (the gradients it was given, after the call)",
             lambda: [b is None or torch.equal(b, a) for b, a in zip(grads, copies)],  # noqa: B023
         )
         if not all(unchanged):
-            raise CheckFailed(f"case {name}: your function changed the gradients it was given (in place).")
+            raise CheckFailed(
+                _("case {case}: your function changed the gradients it was given (in place).").format(
+                    case=name
+                )
+            )
         expect_close(
-            got, expected, case=name, what="the underflow fraction", rtol=1e-6, atol=1e-9, reveal=False
+            got, expected, case=name, what=_("the underflow fraction"), rtol=1e-6, atol=1e-9, reveal=False
         )
     return len(cases)
 
@@ -248,7 +257,8 @@ def _kind(value: float) -> str:
 
 
 def _a(event: str) -> str:
-    return {"inf": "an inf", "-inf": "a -inf", "NaN": "a NaN"}[event]
+    """'an inf', 'a -inf' or 'a NaN', in the kernel's language."""
+    return {"inf": _("an inf"), "-inf": _("a -inf"), "NaN": _("a NaN")}[event]
 
 
 def _first_param_mismatch(params, reference):
@@ -260,30 +270,39 @@ def _first_param_mismatch(params, reference):
     return None
 
 
-def _expected_scale_text(prev, expected, got, event, clean, hp) -> str:
-    """Why the scale should be `expected` after this step, in words."""
-    if event is not None:
-        return (
-            f"the step had {_a(event)} gradient, so the scale should go from "
-            f"{_fmt(prev)} to {_fmt(expected)} (x backoff_factor {hp['backoff_factor']:g}) and the count of clean "
-            f"steps restart; got {_fmt(got)}"
-        )
-    if clean == hp["growth_interval"] and expected != prev:
-        return (
-            f"it was clean step number {clean} in a row (growth_interval={hp['growth_interval']}), so the scale "
-            f"should grow from {_fmt(prev)} to {_fmt(expected)} (x growth_factor {hp['growth_factor']:g}); got "
-            f"{_fmt(got)}"
-        )
-    if clean == hp["growth_interval"]:
-        return (
-            f"it was clean step number {clean} in a row, but {_fmt(prev)} x growth_factor overflows float32 to inf, "
-            f"so the scale should stay {_fmt(prev)} (keep the scale in float32 as torch does, and grow it only to a "
-            f"finite value); got {_fmt(got)}"
-        )
-    return (
-        f"it was clean step number {clean} in a row since the last growth or overflow "
-        f"(growth_interval={hp['growth_interval']}), so the scale should stay {_fmt(prev)}; got {_fmt(got)}"
+def _expected_scale_text(label, prev, expected, got, event, clean, hp) -> str:
+    """Why the scale should be `expected` after this step, in words: the whole message for case `label`."""
+    fields = dict(
+        case=label,
+        prev=_fmt(prev),
+        expected=_fmt(expected),
+        got=_fmt(got),
+        clean=clean,
+        growth_interval=hp["growth_interval"],
+        growth_factor=hp["growth_factor"],
+        backoff_factor=hp["backoff_factor"],
     )
+    if event is not None:
+        return _(
+            "case {case}: after update(), the step had {event} gradient, so the scale should go from {prev} to "
+            "{expected} (x backoff_factor {backoff_factor:g}) and the count of clean steps restart; got {got}."
+        ).format(event=_a(event), **fields)
+    if clean == hp["growth_interval"] and expected != prev:
+        return _(
+            "case {case}: after update(), it was clean step number {clean} in a row "
+            "(growth_interval={growth_interval}), so the scale should grow from {prev} to {expected} "
+            "(x growth_factor {growth_factor:g}); got {got}."
+        ).format(**fields)
+    if clean == hp["growth_interval"]:
+        return _(
+            "case {case}: after update(), it was clean step number {clean} in a row, but {prev} x growth_factor "
+            "overflows float32 to inf, so the scale should stay {prev} (keep the scale in float32 as torch does, "
+            "and grow it only to a finite value); got {got}."
+        ).format(**fields)
+    return _(
+        "case {case}: after update(), it was clean step number {clean} in a row since the last growth or overflow "
+        "(growth_interval={growth_interval}), so the scale should stay {prev}; got {got}."
+    ).format(**fields)
 
 
 class _ReferenceScalerRun:
@@ -338,7 +357,7 @@ class _LearnerScalerRun:
 
     def start(self):
         """Build the learner's scaler (it must not be torch's), the model and optimizer; get_scale()'s first value."""
-        name, case = self.name, f"case {self.name}"
+        name = self.name
         if self.defaults:
             scaler = call(self.cls, case=name)
         else:
@@ -346,15 +365,18 @@ class _LearnerScalerRun:
         for method in SCALER_METHODS:
             if not callable(getattr(scaler, method, None)):
                 raise CheckFailed(
-                    f"{case}: your DynamicLossScaler has no method `{method}`; it needs "
-                    f"{', '.join(m + '()' for m in SCALER_METHODS)}."
+                    _(
+                        "case {case}: your DynamicLossScaler has no method `{method}`; it needs {methods}."
+                    ).format(case=name, method=method, methods=", ".join(m + "()" for m in SCALER_METHODS))
                 )
         if isinstance(scaler, torch.amp.GradScaler) or any(
             isinstance(value, torch.amp.GradScaler) for value in getattr(scaler, "__dict__", {}).values()
         ):
             raise CheckFailed(
-                f"{case}: your DynamicLossScaler uses torch.amp.GradScaler; the exercise is to write its rules "
-                "yourself."
+                _(
+                    "case {case}: your DynamicLossScaler uses torch.amp.GradScaler; the exercise is to write its "
+                    "rules yourself."
+                ).format(case=name)
             )
         self.scaler = scaler
         self.model, self.optimizer = _scaler_setup(self.options)
@@ -407,7 +429,6 @@ class _LearnerScalerRun:
 
 def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) -> None:  # noqa: N803
     hyper = dict(DEFAULTS) if hp is None else dict(hp)
-    case = f"case {name}"
     side = []  # the learner's run (_LearnerScalerRun), put there by the first learner step: never in the judge
     ref = reference(lambda: _ReferenceScalerRun(hyper, options))
 
@@ -416,18 +437,18 @@ def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) 
         return side[0].start()
 
     got_scale = learner(name, start)
-    expect_type(got_scale, numbers.Real, case=name, what="get_scale() before the first step")
+    expect_type(got_scale, numbers.Real, case=name, what=_("get_scale() before the first step"))
     init = reference(lambda: ref.scaler.get_scale())
     if judging() and float(got_scale) != init:
         raise CheckFailed(
-            f"{case}: before the first step get_scale() should be init_scale = {_fmt(init)}; "
-            f"got {_fmt(float(got_scale))}."
+            _(
+                "case {case}: before the first step get_scale() should be init_scale = {init}; got {got}."
+            ).format(case=name, init=_fmt(init), got=_fmt(float(got_scale)))
         )
 
     clean = 0  # clean steps in a row since the last growth (or growth refused) or overflow
     for step, (x, y) in enumerate(_scaler_batches(n_steps), start=1):
         label = f"{name}, step {step}"
-        where = f"case {label}"
         injected = injections.get(step)
         event = None if injected is None else _kind(injected)
         # the reference, on an identical model: the whole step at once
@@ -437,14 +458,16 @@ def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) 
         scaled = learner(f"{label} (scale)", lambda: side[0].scale(x, y, label))  # noqa: B023
         if not scaled["tensor"] or not scaled["requires_grad"]:
             raise CheckFailed(
-                f"{where}: scale(loss) should return a tensor that backward() can be called on (the loss times "
-                f"the scale); got a {scaled['type']}."
+                _(
+                    "case {case}: scale(loss) should return a tensor that backward() can be called on (the loss "
+                    "times the scale); got a {type}."
+                ).format(case=label, type=scaled["type"])
             )
         expect_close(
             scaled["value"].item(),
             DEFERRED if prev is DEFERRED else scaled["loss"] * prev,
             case=label,
-            what="scale(loss), the loss times the scale",
+            what=_("scale(loss), the loss times the scale"),
             rtol=1e-6,
         )
         learner(f"{label} (backward)", lambda: side[0].backward(injected))  # noqa: B023
@@ -452,43 +475,54 @@ def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) 
         after = learner(f"{label} (after step)", lambda: side[0].after_step())
         if not isinstance(returned, bool):
             raise CheckFailed(
-                f"{where}: step(optimizer) should return True or False (whether the optimizer stepped); got "
-                f"{returned!r}."
+                _(
+                    "case {case}: step(optimizer) should return True or False (whether the optimizer stepped); got "
+                    "{got}."
+                ).format(case=label, got=repr(returned))
             )
         if returned != after["stepped"]:
-            raise CheckFailed(
-                f"{where}: step() returned {returned}, but optimizer.step() was "
-                f"{'called' if after['stepped'] else 'not called'}."
+            text = (
+                _("case {case}: step() returned {returned}, but optimizer.step() was called.")
+                if after["stepped"]
+                else _("case {case}: step() returned {returned}, but optimizer.step() was not called.")
             )
+            raise CheckFailed(text.format(case=label, returned=returned))
         if judging() and returned != expected["should_step"]:
             if event is not None:
                 raise CheckFailed(
-                    f"{where}: the gradients held {_a(event)}, so step() should "
-                    "skip optimizer.step() and return False; it stepped."
+                    _(
+                        "case {case}: the gradients held {event}, so step() should skip optimizer.step() and return "
+                        "False; it stepped."
+                    ).format(case=label, event=_a(event))
                 )
             raise CheckFailed(
-                f"{where}: the gradients were all finite, so step() should call optimizer.step() and return True; "
-                "it skipped the step."
+                _(
+                    "case {case}: the gradients were all finite, so step() should call optimizer.step() and return "
+                    "True; it skipped the step."
+                ).format(case=label)
             )
         mismatch = _first_param_mismatch(after["params"], expected["params"]) if judging() else None
         if mismatch is not None:
             param, diff, nonfinite = mismatch
             hint = (
-                " Your parameters are not finite: an inf or NaN gradient reached the optimizer."
+                _("Your parameters are not finite: an inf or NaN gradient reached the optimizer.")
                 if nonfinite
-                else " Were the gradients divided by the scale exactly once before optimizer.step()?"
+                else _("Were the gradients divided by the scale exactly once before optimizer.step()?")
             )
             raise CheckFailed(
-                f"{where}: after step() the parameter {param} differs from torch.amp.GradScaler's run on an "
-                f"identical model (max abs difference {diff:.3g}; tolerance ±1e-06 relative + ±1e-07 "
-                f"absolute).{hint}"
+                _(
+                    "case {case}: after step() the parameter {param} differs from torch.amp.GradScaler's run on an "
+                    "identical model (max abs difference {diff:.3g}; tolerance ±1e-06 relative + ±1e-07 absolute). "
+                    "{hint}"
+                ).format(case=label, param=param, diff=diff, hint=hint)
             )
         got_scale = learner(label, lambda: side[0].update(label))  # noqa: B023
         clean = 0 if event is not None else clean + 1
-        expect_type(got_scale, numbers.Real, case=label, what="get_scale()")
+        expect_type(got_scale, numbers.Real, case=label, what=_("get_scale()"))
         if judging() and float(got_scale) != expected["scale"]:
-            text = _expected_scale_text(prev, expected["scale"], float(got_scale), event, clean, hyper)
-            raise CheckFailed(f"{where}: after update(), {text}.")
+            raise CheckFailed(
+                _expected_scale_text(label, prev, expected["scale"], float(got_scale), event, clean, hyper)
+            )
         if clean == hyper["growth_interval"]:
             clean = 0  # grown (or growth refused): the count restarts
 
@@ -661,7 +695,9 @@ def _compare_number(got, expected, scale, *, case, what, rtol, hint_scaled):
         ratio = float(got) / expected if expected else math.nan
         if scale > 1 and math.isfinite(ratio) and abs(ratio / scale - 1) < 1e-2:
             raise CheckFailed(
-                f"{failure} That is the loss scale ({_fmt(scale)}) times too big: {hint_scaled}"
+                _("{failure} That is the loss scale ({scale}) times too big: {hint}").format(
+                    failure=failure, scale=_fmt(scale), hint=hint_scaled
+                )
             ) from None
         raise
 
@@ -739,43 +775,56 @@ def _run_train_case(
 
     for step, batch_ in enumerate(_train_batches(n_steps, overflow_step, widths, batch), start=1):
         label = f"{name}, step {step}"
-        where = f"case {label}"
         params_before = params
         expected_loss = reference(lambda: _autocast_loss(widths, params_before, batch_, dtype))  # noqa: B023
-        stale_message = (
-            f"{where}: the gradients of the previous step were still in .grad and were added to this step's: "
+        stale_message = _(
+            "case {case}: the gradients of the previous step were still in .grad and were added to this step's: "
             "clear them with optimizer.zero_grad(set_to_none=True), at the end of each step or at its start."
-        )
+        ).format(case=label)
         got = learner(label, lambda: run_step(batch_, label))  # noqa: B023 - called at once
         seen = learner(f"{label} (what the check saw)", lambda: side[0].seen())
         params, scale_before, stale = seen["params"], seen["scale"], seen["stale"]
-        expect_type(got, tuple, case=label, what="the result")
+        expect_type(got, tuple, case=label, what=_("the result"))
         if len(got) != 2:
             raise CheckFailed(
-                f"{where}: the result should be a pair (loss, grad_norm); got {len(got)} values."
+                _("case {case}: the result should be a pair (loss, grad_norm); got {count} values.").format(
+                    case=label, count=len(got)
+                )
             )
         loss, norm = got
-        for value, what in ((loss, "the loss"), (norm, "the gradient norm")):
+        for value, what in ((loss, _("the loss")), (norm, _("the gradient norm"))):
             if isinstance(value, torch.Tensor):
-                raise CheckFailed(f"{where}: {what} should be a Python float (use .item()); got a tensor.")
+                raise CheckFailed(
+                    _("case {case}: {what} should be a Python float (use .item()); got a tensor.").format(
+                        case=label, what=what
+                    )
+                )
         seen_dtypes = seen["dtypes"]
         if not seen_dtypes:
-            raise CheckFailed(f"{where}: the model's forward pass was not run.")
+            raise CheckFailed(_("case {case}: the model's forward pass was not run.").format(case=label))
         if seen_dtypes[0] != str(dtype):
             raise CheckFailed(
-                f"{where}: the forward pass should run under torch.autocast(device_type=x.device.type, "
-                f"dtype={dtype}); the first Linear layer's output was {seen_dtypes[0]}."
+                _(
+                    "case {case}: the forward pass should run under torch.autocast(device_type=x.device.type, "
+                    "dtype={dtype}); the first Linear layer's output was {got}."
+                ).format(case=label, dtype=dtype, got=seen_dtypes[0])
             )
         calls = seen["calls"]
         if calls.count("scale") != 1 or seen["n_raw"] != len(params_before):
             raise CheckFailed(
-                f"{where}: call scaler.scale(loss).backward() once per step (scale() was called "
-                f"{calls.count('scale')} times; {seen['n_raw']} of {len(params_before)} parameters got a gradient)."
+                _(
+                    "case {case}: call scaler.scale(loss).backward() once per step (scale() was called {calls} "
+                    "times; {with_grad} of {count} parameters got a gradient)."
+                ).format(
+                    case=label, calls=calls.count("scale"), with_grad=seen["n_raw"], count=len(params_before)
+                )
             )
         if calls.count("update") != 1 or calls[-1] != "update" or "step" not in calls:
             raise CheckFailed(
-                f"{where}: the scaler's calls were {calls}: call scaler.step(optimizer) and then "
-                "scaler.update() once, at the end of the step."
+                _(
+                    "case {case}: the scaler's calls were {calls}: call scaler.step(optimizer) and then "
+                    "scaler.update() once, at the end of the step."
+                ).format(case=label, calls=calls)
             )
         true_grads = [g / scale_before for g in seen["raw"]]  # what backward gave, unscaled
         finite = all(bool(torch.isfinite(g).all()) for g in true_grads)
@@ -785,9 +834,9 @@ def _run_train_case(
             expected_loss,
             scale_before,
             case=label,
-            what="the returned loss",
+            what=_("the returned loss"),
             rtol=1e-3,
-            hint_scaled="return the loss itself (loss.item()), not the scaled loss.",
+            hint_scaled=_("return the loss itself (loss.item()), not the scaled loss."),
         )
         try:
             _compare_number(
@@ -795,10 +844,12 @@ def _run_train_case(
                 expected_norm,
                 scale_before,
                 case=label,
-                what="the returned gradient norm",
+                what=_("the returned gradient norm"),
                 rtol=1e-3,
-                hint_scaled="clip_grad_norm_ measured the still-scaled gradients. Call "
-                "scaler.unscale_(optimizer) before clip_grad_norm_.",
+                hint_scaled=_(
+                    "clip_grad_norm_ measured the still-scaled gradients. Call scaler.unscale_(optimizer) before "
+                    "clip_grad_norm_."
+                ),
             )
         except CheckFailed:
             if stale:
@@ -808,36 +859,47 @@ def _run_train_case(
         if not finite:  # an overflow: GradScaler must have skipped the optimizer step
             if applied or any(not torch.equal(p, p0) for p, p0 in zip(params, params_before)):
                 raise CheckFailed(
-                    f"{where}: this step overflowed (an inf in the fp16 forward pass), so the optimizer step "
-                    "should have been skipped (scaler.step does that) and the parameters left as they were."
+                    _(
+                        "case {case}: this step overflowed (an inf in the fp16 forward pass), so the optimizer step "
+                        "should have been skipped (scaler.step does that) and the parameters left as they were."
+                    ).format(case=label)
                 )
             continue
         if len(applied) != 1:
-            raise CheckFailed(f"{where}: the optimizer should step once; it stepped {len(applied)} times.")
+            raise CheckFailed(
+                _("case {case}: the optimizer should step once; it stepped {count} times.").format(
+                    case=label, count=len(applied)
+                )
+            )
         coefficient = min(1.0, max_norm / (expected_norm + 1e-6))
         for pname, used, g in zip(names, applied[0], true_grads):
             if used is None or not torch.allclose(used, g * coefficient, rtol=1e-4, atol=1e-7):
                 if stale:
                     raise CheckFailed(stale_message)
                 if used is not None and torch.allclose(used, g, rtol=1e-4, atol=1e-7) and coefficient < 1:
-                    detail = (
-                        f"they were not clipped (max_norm={max_norm:g}; the norm was {expected_norm:.4g})"
+                    text = _(
+                        "case {case}: the gradient the optimizer applied to {param} is wrong: they were not clipped "
+                        "(max_norm={max_norm:g}; the norm was {norm:.4g})."
                     )
                 elif used is not None and torch.allclose(used * scale_before, g, rtol=1e-3, atol=1e-7):
-                    detail = "they were still multiplied by the loss scale: unscale before the optimizer step"
-                else:
-                    detail = (
-                        "they are not the unscaled gradients clipped to max_norm: unscale_ first, then "
-                        "clip_grad_norm_(model.parameters(), max_norm), then scaler.step(optimizer)"
+                    text = _(
+                        "case {case}: the gradient the optimizer applied to {param} is wrong: they were still "
+                        "multiplied by the loss scale: unscale before the optimizer step."
                     )
-                raise CheckFailed(
-                    f"{where}: the gradient the optimizer applied to {pname} is wrong: {detail}."
-                )
+                else:
+                    text = _(
+                        "case {case}: the gradient the optimizer applied to {param} is wrong: they are not the "
+                        "unscaled gradients clipped to max_norm: unscale_ first, then "
+                        "clip_grad_norm_(model.parameters(), max_norm), then scaler.step(optimizer)."
+                    )
+                raise CheckFailed(text.format(case=label, param=pname, max_norm=max_norm, norm=expected_norm))
         for pname, p, p0, used in zip(names, params, params_before, applied[0]):
             if not torch.allclose(p, p0 - lr * used, rtol=1e-5, atol=1e-7):
                 raise CheckFailed(
-                    f"{where}: after the step the parameter {pname} is not what one optimizer.step() with the "
-                    "clipped gradients gives: let scaler.step(optimizer) do the step, once."
+                    _(
+                        "case {case}: after the step the parameter {param} is not what one optimizer.step() with the "
+                        "clipped gradients gives: let scaler.step(optimizer) do the step, once."
+                    ).format(case=label, param=pname)
                 )
 
 
@@ -934,28 +996,44 @@ def _watch(measure_amp_step, device, profile, dtype, steps: int, case: str):
     _expect_result(got, case)
     wanted = str(dtype or torch.float32)
     if not seen["dtypes"]:
-        raise CheckFailed(f"case {case}: your function never ran the model's forward pass.")
-    if any(d != wanted for d in seen["dtypes"]):
-        how = f"under torch.autocast(device.type, dtype={dtype})" if dtype else "in fp32, without autocast"
-        wrong = next(d for d in seen["dtypes"] if d != wanted)
         raise CheckFailed(
-            f"case {case}: the training steps should run {how}; the first Linear layer's output was {wrong}."
+            _("case {case}: your function never ran the model's forward pass.").format(case=case)
         )
+    if any(d != wanted for d in seen["dtypes"]):
+        wrong = next(d for d in seen["dtypes"] if d != wanted)
+        text = (
+            _(
+                "case {case}: the training steps should run under torch.autocast(device.type, dtype={dtype}); the "
+                "first Linear layer's output was {got}."
+            )
+            if dtype
+            else _(
+                "case {case}: the training steps should run in fp32, without autocast; the first Linear layer's "
+                "output was {got}."
+            )
+        )
+        raise CheckFailed(text.format(case=case, dtype=dtype, got=wrong))
     clock = seen["clock"]
     if len(clock) != steps + 1:
         raise CheckFailed(
-            f"case {case}: with steps={steps} the optimizer should step {steps + 1} times (one warm-up step, then "
-            f"the timed ones); it stepped {len(clock)} times."
+            _(
+                "case {case}: with steps={steps} the optimizer should step {expected} times (one warm-up step, then "
+                "the timed ones); it stepped {count} times."
+            ).format(case=case, steps=steps, expected=steps + 1, count=len(clock))
         )
     return got, seen["peak"], clock
 
 
 def _expect_result(got, case: str) -> None:
-    expect_keys(got, ("step_ms", "peak_bytes"), case=case, what="the returned dict")
+    expect_keys(got, ("step_ms", "peak_bytes"), case=case, what=_("the returned dict"))
     for key in ("step_ms", "peak_bytes"):
         expect_type(got[key], numbers.Real, case=case, what=key)
         if not math.isfinite(float(got[key])) or float(got[key]) <= 0:
-            raise CheckFailed(f"case {case}: {key} should be a positive number; got {got[key]!r}.")
+            raise CheckFailed(
+                _("case {case}: {key} should be a positive number; got {got}.").format(
+                    case=case, key=key, got=repr(got[key])
+                )
+            )
 
 
 def run_measure_amp_step_check(measure_amp_step: Callable, device: torch.device | str) -> int:
@@ -976,7 +1054,7 @@ def run_measure_amp_step_check(measure_amp_step: Callable, device: torch.device 
             got["peak_bytes"],
             peak,
             case=case,
-            what="peak_bytes (the peak over the timed steps, from memlab.measure.track_memory)",
+            what=_("peak_bytes (the peak over the timed steps, from memlab.measure.track_memory)"),
             rtol=0.05,
             atol=MiB if device.type == "cuda" else 1024,
             reveal=False,
@@ -986,10 +1064,16 @@ def run_measure_amp_step_check(measure_amp_step: Callable, device: torch.device 
         factor = profile["time_factor"]
         if not (1 / factor <= ratio <= factor):
             raise CheckFailed(
-                f"case {case}: step_ms = {float(got['step_ms']):.3g} ms is {how_far(float(got['step_ms']), seen_ms)} "
-                f"of what the check saw from outside your function (tolerance: a factor of {factor:g}). "
-                "Milliseconds per step, averaged over the timed steps after a warm-up step, with "
-                "torch.cuda.synchronize() before each reading of the clock."
+                _(
+                    "case {case}: step_ms = {step_ms:.3g} ms is {how_far} of what the check saw from outside your "
+                    "function (tolerance: a factor of {factor:g}). Milliseconds per step, averaged over the timed "
+                    "steps after a warm-up step, with torch.cuda.synchronize() before each reading of the clock."
+                ).format(
+                    case=case,
+                    step_ms=float(got["step_ms"]),
+                    how_far=how_far(float(got["step_ms"]), seen_ms),
+                    factor=factor,
+                )
             )
     return len(E4_DTYPES)
 
@@ -1002,7 +1086,7 @@ def check_measure_amp_step(measure_amp_step) -> int:
     model, optimizer, data = amp_setup(torch.device("cpu"), [8, 16, 4], 32)
     _expect_result(call(measure_amp_step, model, data, optimizer, torch.bfloat16, steps=2, case=case), case)
     needs_hardware(
-        cuda=True, min_capability=(8, 0), passed="a 2-step run on the CPU returned positive numbers"
+        cuda=True, min_capability=(8, 0), passed=_("a 2-step run on the CPU returned positive numbers")
     )
     return run_measure_amp_step_check(measure_amp_step, torch.device("cuda", torch.cuda.current_device()))
 

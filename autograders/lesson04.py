@@ -44,6 +44,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from autograders.kit import (
     CheckFailed,
+    _,
     call,
     check,
     drawn,
@@ -243,16 +244,20 @@ def check_llama_layer_saved_bytes(llama_layer_saved_bytes) -> int:
         got, ran = _call_watching_ops(llama_layer_saved_bytes, config, batch, seq, bytes_per_value, name)
         if ran:
             raise CheckFailed(
-                f"case {name}: your function ran a model (torch ran {', '.join(ran)}): the exercise asks for a "
-                "formula in the config's numbers, not a measurement."
+                _(
+                    "case {case}: your function ran a model (torch ran {ops}): the exercise asks for a "
+                    "formula in the config's numbers, not a measurement."
+                ).format(case=name, ops=", ".join(ran))
             )
         if isinstance(got, torch.Tensor) or not isinstance(got, numbers.Real) or isinstance(got, bool):
-            expect_type(got, int, case=name, what="the number of bytes")
+            expect_type(got, int, case=name, what=_("the number of bytes"))
         expect_close(
             got,
             expected,
             case=name,
-            what=f"the bytes one layer saves for backward (bytes_per_value={bytes_per_value})",
+            what=_("the bytes one layer saves for backward (bytes_per_value={bytes_per_value})").format(
+                bytes_per_value=bytes_per_value
+            ),
             rtol=E1_RTOL,
             reveal=False,
         )
@@ -382,13 +387,18 @@ def _normalise_plan(got, n: int, case: str):
         return None
     if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
         raise CheckFailed(
-            f"case {case}: the plan should be a list of block indices (or None when no plan fits); got "
-            f"{type(got).__name__}."
+            _(
+                "case {case}: the plan should be a list of block indices (or None when no plan fits); got {type}."
+            ).format(case=case, type=type(got).__name__)
         )
     plan = list(got)
     for i in plan:
         if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= int(i) < n:
-            raise CheckFailed(f"case {case}: the plan should hold block indices 0..{n - 1}; it holds {i!r}.")
+            raise CheckFailed(
+                _("case {case}: the plan should hold block indices 0..{last}; it holds {got}.").format(
+                    case=case, last=n - 1, got=repr(i)
+                )
+            )
     return sorted({int(i) for i in plan})
 
 
@@ -396,29 +406,43 @@ def _judge_plan(name: str, blocks: nn.Sequential, x: torch.Tensor, plan, budget:
     """The verdict on one case's plan: measured on the check's own blocks, in reference steps."""
     if least is None:
         if plan is not None:
-            peak, _ = reference(lambda: measure_plan(blocks, x, plan))
+            peak, _flops = reference(lambda: measure_plan(blocks, x, plan))
             raise CheckFailed(
-                f"case {name}: no plan fits this budget, so the function should return None; it returned "
-                f"{plan}, whose measured peak is {peak:,} bytes, over the budget of {budget:,}."
+                _(
+                    "case {case}: no plan fits this budget, so the function should return None; it returned "
+                    "{plan}, whose measured peak is {peak:,} bytes, over the budget of {budget:,}."
+                ).format(case=name, plan=plan, peak=peak, budget=budget)
             )
         return
     if plan is None:
         raise CheckFailed(
-            f"case {name}: your function returned None, but a plan that fits the budget of {budget:,} bytes "
-            "exists."
+            _(
+                "case {case}: your function returned None, but a plan that fits the budget of {budget:,} bytes "
+                "exists."
+            ).format(case=name, budget=budget)
         )
     peak, flops = reference(lambda: measure_plan(blocks, x, plan))
     if peak > budget:
         raise CheckFailed(
-            f"case {name}: with your plan {plan} the measured peak is {peak:,} bytes, {peak - budget:,} over the "
-            f"budget of {budget:,}: checkpoint more (or other) blocks."
+            _(
+                "case {case}: with your plan {plan} the measured peak is {peak:,} bytes, {over:,} over the "
+                "budget of {budget:,}: checkpoint more (or other) blocks."
+            ).format(case=name, plan=plan, peak=peak, over=peak - budget, budget=budget)
         )
     if flops > least:
-        extra = "" if least else " (no checkpointing at all fits this budget)"
-        raise CheckFailed(
-            f"case {name}: your plan {plan} fits, but it recomputes {flops:,} FLOPs, and a plan that fits with "
-            f"fewer exists{extra}: your recompute is {how_far(flops, least) if least else 'too high'}."
+        # least == 0: how_far(flops, 0) is "too high" (flops > 0)
+        message = (
+            _(
+                "case {case}: your plan {plan} fits, but it recomputes {flops:,} FLOPs, and a plan that fits with "
+                "fewer exists: your recompute is {how_far}."
+            )
+            if least
+            else _(
+                "case {case}: your plan {plan} fits, but it recomputes {flops:,} FLOPs, and a plan that fits with "
+                "fewer exists (no checkpointing at all fits this budget): your recompute is {how_far}."
+            )
         )
+        raise CheckFailed(message.format(case=name, plan=plan, flops=flops, how_far=how_far(flops, least)))
 
 
 @check("e2_plan_checkpointing", points=4)
@@ -487,11 +511,15 @@ def _sync(device: torch.device) -> None:
 
 
 def _expect_stack_result(got, case: str) -> None:
-    expect_keys(got, ("peak_bytes", "step_ms"), case=case, what="the returned dict")
+    expect_keys(got, ("peak_bytes", "step_ms"), case=case, what=_("the returned dict"))
     for key in ("peak_bytes", "step_ms"):
         expect_type(got[key], numbers.Real, case=case, what=key)
         if not math.isfinite(float(got[key])) or float(got[key]) <= 0:
-            raise CheckFailed(f"case {case}: {key} should be a positive number; got {got[key]!r}.")
+            raise CheckFailed(
+                _("case {case}: {key} should be a positive number; got {got}.").format(
+                    case=case, key=key, got=repr(got[key])
+                )
+            )
 
 
 def _watch_stack(fn, device, profile, use_checkpoint: bool, case: str):
@@ -538,15 +566,20 @@ def _watch_stack(fn, device, profile, use_checkpoint: bool, case: str):
     steps, calls = profile["steps"], saw["calls"]
     per_layer = (steps + 1) * (2 if use_checkpoint else 1)
     if any(c != per_layer for c in calls):
-        how = (
-            "checkpointed: its forward runs twice per step (again in backward)"
+        message = (
+            _(
+                "case {case}: with steps={steps} (one warm-up step, then {steps} timed) and each layer "
+                "checkpointed: its forward runs twice per step (again in backward), every layer should run "
+                "{per_layer} times; it ran {calls} times."
+            )
             if use_checkpoint
-            else ("not checkpointed: its forward runs once per step")
+            else _(
+                "case {case}: with steps={steps} (one warm-up step, then {steps} timed) and each layer "
+                "not checkpointed: its forward runs once per step, every layer should run {per_layer} times; "
+                "it ran {calls} times."
+            )
         )
-        raise CheckFailed(
-            f"case {case}: with steps={steps} (one warm-up step, then {steps} timed) and each layer {how}, every "
-            f"layer should run {per_layer} times; it ran {calls} times."
-        )
+        raise CheckFailed(message.format(case=case, steps=steps, per_layer=per_layer, calls=calls))
     return got, saw["peak"], saw["seconds"]
 
 
@@ -566,7 +599,7 @@ def run_checkpointed_stack_check(fn: Callable, device) -> int:
             got["peak_bytes"],
             peak,
             case=case,
-            what="peak_bytes (what the check saw from outside your function)",
+            what=_("peak_bytes (what the check saw from outside your function)"),
             rtol=0.05,
             atol=MiB if device.type == "cuda" else 1024,
             reveal=False,
@@ -575,15 +608,21 @@ def run_checkpointed_stack_check(fn: Callable, device) -> int:
         lower_ms = upper_ms / (profile["steps"] + 1) / profile["time_factor"]
         if not lower_ms <= float(got["step_ms"]) <= upper_ms:
             raise CheckFailed(
-                f"case {case}: step_ms = {float(got['step_ms']):.3g} ms does not fit the time your call took "
-                f"({1000 * seconds:.3g} ms for one warm-up and {profile['steps']} timed steps): milliseconds per "
-                "timed step, with torch.cuda.synchronize() before each reading of the clock."
+                _(
+                    "case {case}: step_ms = {step_ms:.3g} ms does not fit the time your call took "
+                    "({call_ms:.3g} ms for one warm-up and {steps} timed steps): milliseconds per "
+                    "timed step, with torch.cuda.synchronize() before each reading of the clock."
+                ).format(
+                    case=case, step_ms=float(got["step_ms"]), call_ms=1000 * seconds, steps=profile["steps"]
+                )
             )
         peaks[use_checkpoint] = float(got["peak_bytes"])
     if not peaks[True] < peaks[False]:
         raise CheckFailed(
-            "checkpointing should lower the peak of this stack: your peak with checkpoint=True is not below the one "
-            "with checkpoint=False."
+            _(
+                "checkpointing should lower the peak of this stack: your peak with checkpoint=True is not below the "
+                "one with checkpoint=False."
+            )
         )
     return 2
 
@@ -595,7 +634,7 @@ def check_measure_checkpointed_stack(measure_checkpointed_stack) -> int:
     needs_hardware(
         cuda=True,
         min_gpu_gb=E3_MIN_GPU_GB,
-        passed="the tiny stack on the CPU: forward calls, peak and step time as the check saw them",
+        passed=_("the tiny stack on the CPU: forward calls, peak and step time as the check saw them"),
     )
     return n + run_checkpointed_stack_check(
         measure_checkpointed_stack, torch.device("cuda", torch.cuda.current_device())

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from autograders.kit import (
     DEFERRED,
     CheckFailed,
+    _,
     call,
     check,
     drawn,
@@ -146,9 +147,9 @@ def _e1_cases():
 
 def _drawn_e1_case(rng: random.Random, i: int):
     specs = []
-    for _ in range(rng.randint(1, 4)):
+    for _micro in range(rng.randint(1, 4)):
         rows = []
-        for _ in range(rng.randint(1, 4)):
+        for _row in range(rng.randint(1, 4)):
             length = rng.randint(2, 32)
             prefix = rng.choice([0, 0, rng.randint(0, length - 2)])  # at least one target token per row
             rows.append((length, prefix))
@@ -171,19 +172,28 @@ def _grad_verdict(got: torch.Tensor, expected: torch.Tensor, n_micro: int) -> st
     factor = float(got @ expected / (expected @ expected))
     residual = float((got - factor * expected).norm() / scale)
     if residual <= 10 * GRAD_RTOL:
-        times = f"{factor:.4g} times"
         if n_micro > 1 and abs(factor - n_micro) < 1e-3 * n_micro:
-            times += f" (the number of micro-batches, {n_micro}: micro-batch means summed, never divided)"
+            text = _(
+                "they are {factor:.4g} times (the number of micro-batches, {count}: micro-batch means summed, never "
+                "divided) the full batch's: the direction is right, the scale is not."
+            )
+        else:
+            text = _(
+                "they are {factor:.4g} times the full batch's: the direction is right, the scale is not."
+            )
         return (
-            f"they are {times} the full batch's: the direction is right, the scale is not. The loss of the step "
-            "is the sum of the per-token losses divided by the number of target tokens of the WHOLE step: count "
-            "the shifted labels, labels[:, 1:] != -100, of every micro-batch"
+            text.format(factor=factor, count=n_micro)
+            + " "
+            + _(
+                "The loss of the step is the sum of the per-token losses divided by the number of target tokens of "
+                "the WHOLE step: count the shifted labels, labels[:, 1:] != -100, of every micro-batch"
+            )
         )
-    return (
-        f"they point in another direction than the full batch's (relative error {float(error):.3g}): each "
-        "micro-batch must count in proportion to its number of target tokens. A mean of per-micro-batch means "
-        "gives a micro-batch of 2 tokens the same weight as one of 200"
-    )
+    return _(
+        "they point in another direction than the full batch's (relative error {error:.3g}): each micro-batch "
+        "must count in proportion to its number of target tokens. A mean of per-micro-batch means gives a "
+        "micro-batch of 2 tokens the same weight as one of 200"
+    ).format(error=float(error))
 
 
 def _full_batch_steps(seed: int, lr: float, micro_batches, n_steps: int) -> list[dict]:
@@ -195,7 +205,7 @@ def _full_batch_steps(seed: int, lr: float, micro_batches, n_steps: int) -> list
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     steps = []
-    for _ in range(n_steps):
+    for _step in range(n_steps):
         with torch.no_grad():
             micro_means = [model(**mb).loss.item() for mb in micro_batches]
         loss = model(**together).loss
@@ -259,7 +269,6 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
     n_micro = len(micro_batches)
     for step in range(1, n_steps + 1):
         label = name if n_steps == 1 else f"{name}, step {step}"
-        where = f"case {label}"
 
         def learner_step(label=label):
             if not side:
@@ -272,34 +281,45 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
         # the learner's step, watched
         got = learner(label, learner_step)
         if isinstance(got, torch.Tensor):
-            raise CheckFailed(f"{where}: return the loss as a Python float (loss.item()); got a tensor.")
-        expect_type(got, numbers.Real, case=label, what="the returned loss")
+            raise CheckFailed(
+                _("case {case}: return the loss as a Python float (loss.item()); got a tensor.").format(
+                    case=label
+                )
+            )
+        expect_type(got, numbers.Real, case=label, what=_("the returned loss"))
         did = learner(f"{label}: the model and optimizer after the step", lambda: _what_the_step_did(side))
         if did["optimizer steps"] != 1:
             raise CheckFailed(
-                f"{where}: optimizer.step() should be called once per call, after the backward of the last of the "
-                f"{n_micro} micro-batch(es); it was called {did['optimizer steps']} time(s)."
+                _(
+                    "case {case}: optimizer.step() should be called once per call, after the backward of the last "
+                    "of the {count} micro-batch(es); it was called {calls} time(s)."
+                ).format(case=label, count=n_micro, calls=did["optimizer steps"])
             )
         if did["backwards"] != n_micro:
             raise CheckFailed(
-                f"{where}: backward() should run once per micro-batch ({n_micro} here), each right after that "
-                f"micro-batch's forward; it ran {did['backwards']} time(s). Adding the losses up and calling "
-                "backward once keeps every micro-batch's activations alive together: the memory accumulation is "
-                "meant to save."
+                _(
+                    "case {case}: backward() should run once per micro-batch ({count} here), each right after that "
+                    "micro-batch's forward; it ran {runs} time(s). Adding the losses up and calling backward once "
+                    "keeps every micro-batch's activations alive together: the memory accumulation is meant to save."
+                ).format(case=label, count=n_micro, runs=did["backwards"])
             )
         names, applied = did["names"], did["applied"]
         missing = [n for n, g in zip(names, applied) if g is None]
         if missing:
             raise CheckFailed(
-                f"{where}: when optimizer.step() ran, {missing[0]} had no gradient: call backward() on every "
-                "micro-batch's loss before the step (and zero the gradients after it, not before it)."
+                _(
+                    "case {case}: when optimizer.step() ran, {parameter} had no gradient: call backward() on every "
+                    "micro-batch's loss before the step (and zero the gradients after it, not before it)."
+                ).format(case=label, parameter=missing[0])
             )
         if did["leftover"]:
             ((leftover_name, leftover_norm),) = did["leftover"]
             raise CheckFailed(
-                f"{where}: after the step the gradients should be zeroed (optimizer.zero_grad(): None or zeros "
-                f"are both fine); {leftover_name} still has a gradient of norm {leftover_norm:.3g}, which the "
-                "next step would add to."
+                _(
+                    "case {case}: after the step the gradients should be zeroed (optimizer.zero_grad(): None or "
+                    "zeros are both fine); {parameter} still has a gradient of norm {norm:.3g}, which the next step "
+                    "would add to."
+                ).format(case=label, parameter=leftover_name, norm=leftover_norm)
             )
         if not judging():
             continue
@@ -307,14 +327,19 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
         verdict = _grad_verdict(_flat(applied), _flat(expected["grads"]), n_micro)
         if verdict:
             raise CheckFailed(
-                f"{where}: the gradients the optimizer applied are not those of the full batch (tolerance "
-                f"{GRAD_RTOL:g} relative, fp32 rounding): {verdict}."
+                _(
+                    "case {case}: the gradients the optimizer applied are not those of the full batch (tolerance "
+                    "{rtol:g} relative, fp32 rounding): {verdict}."
+                ).format(case=label, rtol=GRAD_RTOL, verdict=verdict)
             )
         for pname, p, q in zip(names, did["parameters"], expected["parameters"]):
             if not torch.allclose(p, q, rtol=1e-5, atol=1e-6):
                 raise CheckFailed(
-                    f"{where}: after the step the parameter {pname} is not what one SGD step with the full-batch "
-                    "gradient gives: let optimizer.step() make the update, once, and change nothing else."
+                    _(
+                        "case {case}: after the step the parameter {parameter} is not what one SGD step with the "
+                        "full-batch gradient gives: let optimizer.step() make the update, once, and change nothing "
+                        "else."
+                    ).format(case=label, parameter=pname)
                 )
         got = float(got)
         expected_loss, micro_means = expected["loss"], expected["micro_means"]
@@ -322,13 +347,14 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
             mean_of_means = sum(micro_means) / n_micro
             hint = ""
             if n_micro > 1 and math.isclose(got, micro_means[-1], rel_tol=LOSS_RTOL):
-                hint = " That is the last micro-batch's loss alone."
+                hint = " " + _("That is the last micro-batch's loss alone.")
             elif n_micro > 1 and math.isclose(got, mean_of_means, rel_tol=LOSS_RTOL):
-                hint = " That is the mean of the per-micro-batch means."
+                hint = " " + _("That is the mean of the per-micro-batch means.")
             raise CheckFailed(
-                f"{where}: the returned loss should be the step's loss, the mean over all target tokens of all "
-                f"micro-batches (before the update); it is {how_far(got, expected_loss)} (tolerance "
-                f"±{LOSS_RTOL:g} relative).{hint}"
+                _(
+                    "case {case}: the returned loss should be the step's loss, the mean over all target tokens of "
+                    "all micro-batches (before the update); it is {how_far} (tolerance ±{rtol:g} relative).{hint}"
+                ).format(case=label, how_far=how_far(got, expected_loss), rtol=LOSS_RTOL, hint=hint)
             )
 
 
@@ -559,22 +585,32 @@ def _check_direct(seq_cls_loss, name, shape, labels, num_items) -> None:
         return side["loss"]
 
     got = learner(name, direct_call)
-    if not isinstance(got, torch.Tensor) or got.dim() != 0:
+    if not isinstance(got, torch.Tensor):
         raise CheckFailed(
-            f"case {name}: the loss should be a 0-dimensional tensor (backward() is called on it); got "
-            f"{type(got).__name__ if not isinstance(got, torch.Tensor) else f'a tensor of shape {tuple(got.shape)}'}."
+            _(
+                "case {case}: the loss should be a 0-dimensional tensor (backward() is called on it); got {type}."
+            ).format(case=name, type=type(got).__name__)
+        )
+    if got.dim() != 0:
+        raise CheckFailed(
+            _(
+                "case {case}: the loss should be a 0-dimensional tensor (backward() is called on it); got a tensor "
+                "of shape {shape}."
+            ).format(case=name, shape=tuple(got.shape))
         )
     # the round trip drops autograd history: whether the returned loss had a gradient is read where it was returned
     if not learner(f"{name}: the loss requires grad", lambda: bool(side["loss"].requires_grad)):
         raise CheckFailed(
-            f"case {name}: the loss should be computed from outputs.logits (it has no gradient)."
+            _("case {case}: the loss should be computed from outputs.logits (it has no gradient).").format(
+                case=name
+            )
         )
     expected = reference(lambda: _direct_expected(name, shape, labels, num_items))
     if num_items is None:
-        what = "the mean cross-entropy over the labelled examples"
+        what = _("the loss (the mean cross-entropy over the labelled examples)")
     else:
-        what = "the summed cross-entropy divided by num_items_in_batch"
-    expect_close(got.item(), expected, case=name, what=f"the loss ({what})", rtol=1e-5, reveal=False)
+        what = _("the loss (the summed cross-entropy divided by num_items_in_batch)")
+    expect_close(got.item(), expected, case=name, what=what, rtol=1e-5, reveal=False)
 
 
 def _check_in_trainer(seq_cls_loss, name, kind, num_labels, n, micro, accumulation, seq, seed) -> None:
@@ -601,21 +637,28 @@ def _check_in_trainer(seq_cls_loss, name, kind, num_labels, n, micro, accumulati
     if error <= UPDATE_RTOL:
         return
     ratio = float(got.norm() / expected.norm())
-    detail = f"the update is {ratio:.3g} times as large as the full batch's (relative error {error:.3g})"
     if abs(ratio - accumulation) < 0.01 * accumulation:
-        detail += (
-            f": the accumulation steps, {accumulation}. With a compute_loss_func Trainer does not divide the loss "
-            "by them; your loss must be normalised over the whole accumulated batch, by num_items_in_batch"
+        detail = _(
+            "the update is {ratio:.3g} times as large as the full batch's (relative error {error:.3g}): the "
+            "accumulation steps, {accumulation}. With a compute_loss_func Trainer does not divide the loss by them; "
+            "your loss must be normalised over the whole accumulated batch, by num_items_in_batch"
         )
     elif n % micro:
-        detail += (
-            f". Here the micro-batches differ in size (the last has {n % micro} example(s)): dividing each "
-            "micro-batch's mean by the number of accumulation steps weighs their examples unequally; divide the "
-            "sum by num_items_in_batch"
+        detail = _(
+            "the update is {ratio:.3g} times as large as the full batch's (relative error {error:.3g}). Here the "
+            "micro-batches differ in size (the last has {last} example(s)): dividing each micro-batch's mean by the "
+            "number of accumulation steps weighs their examples unequally; divide the sum by num_items_in_batch"
         )
+    else:
+        detail = _(
+            "the update is {ratio:.3g} times as large as the full batch's (relative error {error:.3g})"
+        )
+    detail = detail.format(ratio=ratio, error=error, accumulation=accumulation, last=n % micro)
     raise CheckFailed(
-        f"case {name}: one Trainer step with your compute_loss_func, SGD and clipping off should make the same "
-        f"parameter update as one full-batch step (tolerance {UPDATE_RTOL:g} relative); {detail}."
+        _(
+            "case {case}: one Trainer step with your compute_loss_func, SGD and clipping off should make the same "
+            "parameter update as one full-batch step (tolerance {rtol:g} relative); {detail}."
+        ).format(case=name, rtol=UPDATE_RTOL, detail=detail)
     )
 
 
@@ -767,21 +810,30 @@ def check_zero_bytes_per_rank(zero_bytes_per_rank) -> int:
     for name, shapes, world, strategy, expected_bytes in cases:
         expected = reference(expected_bytes)
         got = call(zero_bytes_per_rank, [tuple(s) for s in shapes], world, strategy, case=name)
-        expect_type(got, (list, tuple), case=name, what="the result")
+        expect_type(got, (list, tuple), case=name, what=_("the result"))
         if len(got) != world:
             raise CheckFailed(
-                f"case {name}: expected a list with one dict per rank ({world}); got {len(got)}."
+                _("case {case}: expected a list with one dict per rank ({world}); got {count}.").format(
+                    case=name, world=world, count=len(got)
+                )
             )
         for rank, got_rank in enumerate(got):
             want = DEFERRED if expected is DEFERRED else expected[rank]
-            expect_keys(got_rank, ZERO_KEYS, case=name, what=f"rank {rank}'s dict")
+            expect_keys(got_rank, ZERO_KEYS, case=name, what=_("rank {rank}'s dict").format(rank=rank))
             for key in ZERO_KEYS:
-                expect_type(got_rank[key], numbers.Integral, case=name, what=f"rank {rank}'s {key!r}")
+                expect_type(
+                    got_rank[key],
+                    numbers.Integral,
+                    case=name,
+                    what=_("rank {rank}'s {key}").format(rank=rank, key=repr(key)),
+                )
                 expect_close(
                     got_rank[key],
                     want if want is DEFERRED else want[key],
                     case=name,
-                    what=f"rank {rank}'s {key!r} bytes (measured with track_memory after optimizer.step())",
+                    what=_(
+                        "rank {rank}'s {key} bytes (measured with track_memory after optimizer.step())"
+                    ).format(rank=rank, key=repr(key)),
                     reveal=False,
                 )
     return len(cases)

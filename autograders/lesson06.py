@@ -47,6 +47,7 @@ from autograders import wire
 from autograders.kit import (
     DEFERRED,
     CheckFailed,
+    _,
     call,
     check,
     drawn,
@@ -172,29 +173,39 @@ def check_find_peak(find_peak) -> int:
         trace = peak_trace(*build())
         expected = reference(lambda: expected_peak(trace))  # noqa: B023 - called at once
         got = call(find_peak, copy.deepcopy(trace.events), case=name)
-        expect_keys(got, ("phase", "op", "bytes", "by_category"), case=name, what="the result")
+        expect_keys(got, ("phase", "op", "bytes", "by_category"), case=name, what=_("the result"))
         expect_type(got["bytes"], numbers.Integral, case=name, what='"bytes"')
         if judging() and got["bytes"] != expected["bytes"]:
             raise CheckFailed(
-                f'case {name}: "bytes" (live bytes at the peak) is {how_far(got["bytes"], expected["bytes"])}: '
-                f"you got {got['bytes']:,} (exactly)."
+                _(
+                    'case {case}: "bytes" (live bytes at the peak) is {how_far}: you got {got:,} (exactly).'
+                ).format(case=name, how_far=how_far(got["bytes"], expected["bytes"]), got=got["bytes"])
             )
         if judging() and got["op"] != expected["op"]:
             raise CheckFailed(
-                f'case {name}: "op" should be the operator during which live bytes first reached the peak; got '
-                f"{got['op']!r}."
+                _(
+                    'case {case}: "op" should be the operator during which live bytes first reached the peak; got '
+                    "{got}."
+                ).format(case=name, got=repr(got["op"]))
             )
         if judging() and got["phase"] != expected["phase"]:
             raise CheckFailed(
-                f'case {name}: "phase" should be the name of the first mark after the peak; got {got["phase"]!r}.'
+                _(
+                    'case {case}: "phase" should be the name of the first mark after the peak; got {got}.'
+                ).format(case=name, got=repr(got["phase"]))
             )
         expect_keys(got["by_category"], CATEGORIES, case=name, what='"by_category"')
         for category in CATEGORIES:
             if judging() and got["by_category"][category] != expected["by_category"][category]:
                 raise CheckFailed(
-                    f'case {name}: "by_category"[{category!r}] is '
-                    f"{how_far(got['by_category'][category], expected['by_category'][category])}: you got "
-                    f"{got['by_category'][category]:,} (exactly)."
+                    _(
+                        'case {case}: "by_category"[{category}] is {how_far}: you got {got:,} (exactly).'
+                    ).format(
+                        case=name,
+                        category=repr(category),
+                        how_far=how_far(got["by_category"][category], expected["by_category"][category]),
+                        got=got["by_category"][category],
+                    )
                 )
     return len(cases)
 
@@ -321,20 +332,22 @@ def _run_timed_case(time_step, case: TimedCase):
 
 
 def _expect_mean_std(result, expected, *, case: str) -> None:
-    expect_type(result, tuple, case=case, what="the result")
+    expect_type(result, tuple, case=case, what=_("the result"))
     if len(result) != 2:
         raise CheckFailed(
-            f"case {case}: the result should be a pair (mean seconds, std seconds); got {len(result)} items."
+            _(
+                "case {case}: the result should be a pair (mean seconds, std seconds); got {count} items."
+            ).format(case=case, count=len(result))
         )
     mean, std = result
-    for value, what in ((mean, "the mean"), (std, "the standard deviation")):
+    for value, what in ((mean, _("the mean")), (std, _("the standard deviation"))):
         expect_type(value, numbers.Real, case=case, what=what)
     expected = (DEFERRED, DEFERRED) if expected is DEFERRED else expected
     expect_close(
         mean,
         expected[0],
         case=case,
-        what="the mean time per call (s)",
+        what=_("the mean time per call (s)"),
         rtol=E2_RTOL,
         atol=E2_ATOL,
         reveal=False,
@@ -343,7 +356,7 @@ def _expect_mean_std(result, expected, *, case: str) -> None:
         std,
         expected[1],
         case=case,
-        what="the standard deviation (s)",
+        what=_("the standard deviation (s)"),
         rtol=E2_RTOL,
         atol=E2_ATOL,
         reveal=False,
@@ -360,7 +373,9 @@ def check_time_step(time_step) -> int:
             seen["calls"],
             reference(lambda: case.warmup + case.repeats),  # noqa: B023 - called at once
             case=case.name,
-            what=f"the number of calls of fn (warmup={case.warmup} + repeats={case.repeats})",
+            what=_("the number of calls of fn (warmup={warmup} + repeats={repeats})").format(
+                warmup=case.warmup, repeats=case.repeats
+            ),
         )
         _expect_mean_std(result, reference(lambda: case.expected(seen["durations"])), case=case.name)  # noqa: B023
     # the queue device has checked the synchronisation; a GPU adds a real one (where the learner's code runs)
@@ -380,14 +395,14 @@ def run_cuda_timing_case(time_step) -> None:
         a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 
         def fn():
-            for _ in range(4):
+            for _matmul in range(4):
                 a @ a
 
-        for _ in range(3):
+        for _warmup in range(3):
             fn()
         torch.cuda.synchronize()
         times = []
-        for _ in range(5):
+        for _repeat in range(5):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
@@ -397,10 +412,10 @@ def run_cuda_timing_case(time_step) -> None:
         return call(time_step, fn, warmup=2, repeats=5, case=case), times
 
     result, times = observed_call(case, run)
-    expect_type(result, tuple, case=case, what="the result")
+    expect_type(result, tuple, case=case, what=_("the result"))
     mean = result[0]
     expect_close(
-        mean, statistics.mean(times), case=case, what="the mean time per call (s)", rtol=0.3, reveal=False
+        mean, statistics.mean(times), case=case, what=_("the mean time per call (s)"), rtol=0.3, reveal=False
     )
 
 
@@ -476,24 +491,32 @@ def check_largest_micro_batch(largest_micro_batch) -> int:
     cases = _e3_public_cases() + drawn_cases("e3_largest_micro_batch", 3, _e3_drawn_case)
     for name, fits, top in cases:
         got, n_steps = _search_fake_steps(largest_micro_batch, fits, top, name)
-        expect_type(got, numbers.Integral, case=name, what="the result")
+        expect_type(got, numbers.Integral, case=name, what=_("the result"))
         expected = reference(lambda: fits)  # noqa: B023 - called at once
-        expect_close(got, expected, case=name, what="the largest micro-batch that fits", reveal=False)
+        expect_close(got, expected, case=name, what=_("the largest micro-batch that fits"), reveal=False)
         if n_steps > max_calls(top):
             raise CheckFailed(
-                f"case {name}: {n_steps} steps were run; every step is a real training step, so search (at "
-                f"most {max_calls(top)} steps for max_batch={top}), do not scan."
+                _(
+                    "case {case}: {steps} steps were run; every step is a real training step, so search (at "
+                    "most {limit} steps for max_batch={max_batch}), do not scan."
+                ).format(case=name, steps=n_steps, limit=max_calls(top), max_batch=top)
             )
     name = "a step that fails with another error"
     outcome = learner(name, lambda: _other_error_outcome(largest_micro_batch))
     if outcome["raised"] is None:
         raise CheckFailed(
-            f"case {name}: only torch.OutOfMemoryError means 'too big'; the ValueError was swallowed."
+            _(
+                "case {case}: only torch.OutOfMemoryError means 'too big'; the ValueError was swallowed."
+            ).format(case=name)
         )
     if not outcome["value_error"]:
-        raise CheckFailed(f"case {name}: the ValueError should propagate unchanged; got {outcome['raised']}.")
+        raise CheckFailed(
+            _("case {case}: the ValueError should propagate unchanged; got {raised}.").format(
+                case=name, raised=outcome["raised"]
+            )
+        )
     n = len(cases) + 1
-    needs_hardware(cuda=True, passed=f"{n} cases with simulated out-of-memory errors")
+    needs_hardware(cuda=True, passed=_("{count} cases with simulated out-of-memory errors").format(count=n))
     run_cuda_oom_case(largest_micro_batch)
     return n + 1
 
@@ -551,16 +574,30 @@ def run_cuda_oom_case(largest_micro_batch, max_batch: int = 64, headroom: int = 
     held = seen["held"]
     if held > 0:
         raise CheckFailed(
-            f"case {case}: {held / MiB:.1f} MiB allocated by the steps are still held after your function "
-            "returned: an exception (or its traceback) kept alive holds the frames of the failed step."
+            _(
+                "case {case}: {held_mib:.1f} MiB allocated by the steps are still held after your function "
+                "returned: an exception (or its traceback) kept alive holds the frames of the failed step."
+            ).format(case=case, held_mib=held / MiB)
         )
-    expect_type(got, numbers.Integral, case=case, what="the result")
+    expect_type(got, numbers.Integral, case=case, what=_("the result"))
     fits, fits_more = seen["fits"], seen["fits_more"]
     if not fits or fits_more:
-        raise CheckFailed(
-            f"case {case}: {got} should be the largest micro-batch whose step runs under this cap: "
-            f"{got} {'runs' if fits else 'does not run'}, {got + 1} {'runs' if fits_more else 'does not'}."
-        )
+        if fits:
+            text = _(
+                "case {case}: {got} should be the largest micro-batch whose step runs under this cap: "
+                "{got} runs, {more} runs."
+            )
+        elif fits_more:
+            text = _(
+                "case {case}: {got} should be the largest micro-batch whose step runs under this cap: "
+                "{got} does not run, {more} runs."
+            )
+        else:
+            text = _(
+                "case {case}: {got} should be the largest micro-batch whose step runs under this cap: "
+                "{got} does not run, {more} does not."
+            )
+        raise CheckFailed(text.format(case=case, got=got, more=got + 1))
     return {"largest": got, "cap_bytes": seen["cap_bytes"]}
 
 
@@ -695,38 +732,54 @@ def _run_args(args, output_dir: str, steps: int):
 def _expect_setup(seen: Observed, setup: str) -> None:
     case = setup
     if seen.fp16:
-        raise CheckFailed(f"case {case}: fp16 is on; the set-ups use bf16 (no GradScaler needed) or fp32.")
+        raise CheckFailed(
+            _("case {case}: fp16 is on; the set-ups use bf16 (no GradScaler needed) or fp32.").format(
+                case=case
+            )
+        )
     want_bf16 = setup != "fp32"
     if want_bf16 and seen.linear_dtype != torch.bfloat16:
         raise CheckFailed(
-            f"case {case}: a Linear layer should compute in bfloat16 under the Trainer's autocast; it computed in "
-            f"{seen.linear_dtype}."
+            _(
+                "case {case}: a Linear layer should compute in bfloat16 under the Trainer's autocast; it computed in "
+                "{dtype}."
+            ).format(case=case, dtype=seen.linear_dtype)
         )
     if not want_bf16 and seen.linear_dtype != torch.float32:
         raise CheckFailed(
-            f"case {case}: the fp32 set-up should compute in float32; a Linear layer gave {seen.linear_dtype}."
+            _("case {case}: the fp32 set-up should compute in float32; a Linear layer gave {dtype}.").format(
+                case=case, dtype=seen.linear_dtype
+            )
         )
     want_recompute = setup == "bf16+ckpt+8bit"
     if want_recompute and seen.layer_forwards_per_step < 2:
         raise CheckFailed(
-            f"case {case}: with activation checkpointing each decoder layer runs its forward twice per step (once "
-            f"more in backward); it ran {seen.layer_forwards_per_step:g} time(s)."
+            _(
+                "case {case}: with activation checkpointing each decoder layer runs its forward twice per step (once "
+                "more in backward); it ran {count:g} time(s)."
+            ).format(case=case, count=seen.layer_forwards_per_step)
         )
     if not want_recompute and seen.layer_forwards_per_step != 1:
         raise CheckFailed(
-            f"case {case}: without checkpointing each decoder layer runs its forward once per step; it ran "
-            f"{seen.layer_forwards_per_step:g} times."
+            _(
+                "case {case}: without checkpointing each decoder layer runs its forward once per step; it ran "
+                "{count:g} times."
+            ).format(case=case, count=seen.layer_forwards_per_step)
         )
     is_bnb = seen.optimizer.startswith("bitsandbytes.")
     if setup == "bf16+ckpt+8bit":
         if not is_bnb or "torch.uint8" not in seen.weight_state_dtypes:
             raise CheckFailed(
-                f"case {case}: the optimizer should be bitsandbytes' 8-bit AdamW (its state in uint8); got "
-                f"{seen.optimizer} with state {list(seen.weight_state_dtypes)}."
+                _(
+                    "case {case}: the optimizer should be bitsandbytes' 8-bit AdamW (its state in uint8); got "
+                    "{optimizer} with state {dtypes}."
+                ).format(case=case, optimizer=seen.optimizer, dtypes=list(seen.weight_state_dtypes))
             )
     elif is_bnb or not seen.optimizer.startswith("torch.optim."):
         raise CheckFailed(
-            f"case {case}: this set-up should use torch's AdamW (32-bit state); got {seen.optimizer}."
+            _("case {case}: this set-up should use torch's AdamW (32-bit state); got {optimizer}.").format(
+                case=case, optimizer=seen.optimizer
+            )
         )
 
 
@@ -736,7 +789,7 @@ def args_data(args, setup: str) -> dict:
     `not_plain`; `rebuilt_args` builds TrainingArguments again from it, without those."""
     from transformers import TrainingArguments
 
-    expect_type(args, TrainingArguments, case=setup, what="the result")
+    expect_type(args, TrainingArguments, case=setup, what=_("the result"))
     fields, not_plain = {}, []
     for key, value in args.to_dict().items():
         try:
@@ -787,15 +840,21 @@ def check_trade_off_args(trade_off_args) -> int:
             differ = sorted(k for k in base if k not in SETUP_FIELDS | RUN_FIELDS and base[k] != other.get(k))
             if differ:
                 raise CheckFailed(
-                    f"case {setup}: only the set-up may change between the three runs (precision, checkpointing, "
-                    f"optimizer); these arguments differ from fp32's too: {differ}."
+                    _(
+                        "case {case}: only the set-up may change between the three runs (precision, checkpointing, "
+                        "optimizer); these arguments differ from fp32's too: {differ}."
+                    ).format(case=setup, differ=differ)
                 )
         failure = learner("an unknown set-up", lambda: _unknown_setup_outcome(trade_off_args, folder))
         if failure is None:
-            raise CheckFailed('case an unknown set-up ("fp16"): should raise ValueError; it returned.')
+            raise CheckFailed(
+                _('case {case} ("fp16"): should raise ValueError; it returned.').format(
+                    case="an unknown set-up"
+                )
+            )
         if "ValueError" not in failure:
             raise CheckFailed(failure)  # what your function raised instead, as `call` said it
-        needs_hardware(packages=("bitsandbytes",), passed="the three TrainingArguments were made")
+        needs_hardware(packages=("bitsandbytes",), passed=_("the three TrainingArguments were made"))
         for setup in SETUPS:
             # the check's own Trainer run with the learner's arguments, remade from the data
             seen = reference(
@@ -916,20 +975,20 @@ def check_measure_trainer(measure_trainer) -> int:
     case = f"a bf16 Llama classifier (hidden 1024, vocabulary 32,000) for {E5_STEPS} steps on the GPU"
     reference_peak = reference(_reference_train_peak)
     result, times = _measure_through(measure_trainer, case)
-    expect_keys(result, ("peak_bytes", "step_seconds"), case=case, what="the result")
+    expect_keys(result, ("peak_bytes", "step_seconds"), case=case, what=_("the result"))
     expect_type(result["peak_bytes"], numbers.Integral, case=case, what='"peak_bytes"')
     expect_close(
         result["peak_bytes"],
         reference_peak,
         case=case,
-        what='"peak_bytes" (the peak of train() only)',
+        what=_('"peak_bytes" (the peak of train() only)'),
         rtol=0.02,
     )
     expect_close(
         result["step_seconds"],
         statistics.mean(times[E5_WARMUP:]),
         case=case,
-        what='"step_seconds" (mean of the synchronised steps after the warm-up)',
+        what=_('"step_seconds" (mean of the synchronised steps after the warm-up)'),
         rtol=0.25,
     )
     return 1

@@ -38,6 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from autograders.kit import (
     DEFERRED,
     CheckFailed,
+    _,
     call,
     check,
     drawn,
@@ -86,9 +87,19 @@ def expect_nearest(q: torch.Tensor, target: torch.Tensor, fmt: str, *, case: str
     if bad.any():
         i = int(bad.flatten().nonzero()[0])
         raise CheckFailed(
-            f"case {case}: {what}: element {i} is not the FP8 value nearest to x * scale (clamped to ±{fp8_max:g}): "
-            f"you got {q.flatten()[i].item():.6g}, {error.flatten()[i].item():.3g} away, more than half the format's "
-            f"spacing there ({bound.flatten()[i].item():.3g})."
+            _(
+                "case {case}: {what}: element {index} is not the FP8 value nearest to x * scale (clamped to "
+                "±{fp8_max:g}): you got {got:.6g}, {error:.3g} away, more than half the format's spacing there "
+                "({bound:.3g})."
+            ).format(
+                case=case,
+                what=what,
+                index=i,
+                fp8_max=fp8_max,
+                got=q.flatten()[i].item(),
+                error=error.flatten()[i].item(),
+                bound=bound.flatten()[i].item(),
+            )
         )
 
 
@@ -140,26 +151,37 @@ def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
     expect_callable(quantize_fp8, "quantize_fp8")
     expect_callable(dequantize_fp8, "dequantize_fp8")
     n = 0
-    for fmt, (_, dtype, fp8_max) in FP8.items():
+    for fmt, (_layout, dtype, fp8_max) in FP8.items():
         for name, x in _e1_cases() + drawn_cases(f"e1_quantize_fp8/{fmt}", 3, _drawn_e1_case):
             case = f"{fmt}, {name}"
             result = call(quantize_fp8, x.clone(), fmt, case=case)
-            expect_type(result, tuple, case=case, what="the result")
+            expect_type(result, tuple, case=case, what=_("the result"))
             if len(result) != 2:
                 raise CheckFailed(
-                    f"case {case}: the result should be a pair (x_fp8, scale); got {len(result)} items."
+                    _("case {case}: the result should be a pair (x_fp8, scale); got {count} items.").format(
+                        case=case, count=len(result)
+                    )
                 )
             q, scale = result
             expect_type(q, torch.Tensor, case=case, what="x_fp8")
             if q.dtype != dtype or q.shape != x.shape:
                 raise CheckFailed(
-                    f"case {case}: x_fp8 should be a {dtype} tensor of shape {tuple(x.shape)}; got {q.dtype} "
-                    f"{tuple(q.shape)}."
+                    _(
+                        "case {case}: x_fp8 should be a {dtype} tensor of shape {shape}; got {got_dtype} {got_shape}."
+                    ).format(
+                        case=case,
+                        dtype=dtype,
+                        shape=tuple(x.shape),
+                        got_dtype=q.dtype,
+                        got_shape=tuple(q.shape),
+                    )
                 )
             expect_type(scale, torch.Tensor, case=case, what="scale")
             if scale.dtype != torch.float32 or scale.numel() != 1:
                 raise CheckFailed(
-                    f"case {case}: scale should be a float32 tensor with one value; got {scale.dtype} {tuple(scale.shape)}."
+                    _(
+                        "case {case}: scale should be a float32 tensor with one value; got {dtype} {shape}."
+                    ).format(case=case, dtype=scale.dtype, shape=tuple(scale.shape))
                 )
             expected = reference(lambda: expected_scale(x, fp8_max))  # noqa: B023 - called at once
             expect_close(float(scale), expected, case=case, what="scale", rtol=1e-6, reveal=False)
@@ -170,24 +192,38 @@ def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
             for where, want in ((xf == float("inf"), fp8_max), (xf == float("-inf"), -fp8_max)):
                 if where.any() and not (qf[where] == want).all():
                     raise CheckFailed(
-                        f"case {case}: an infinite x should saturate to {want:g}; got {qf[where].tolist()}."
+                        _("case {case}: an infinite x should saturate to {expected:g}; got {got}.").format(
+                            case=case, expected=want, got=qf[where].tolist()
+                        )
                     )
             if torch.isnan(xf).any() and not torch.isnan(qf[torch.isnan(xf)]).all():
-                raise CheckFailed(f"case {case}: a NaN should stay NaN; got {qf[torch.isnan(xf)].tolist()}.")
+                raise CheckFailed(
+                    _("case {case}: a NaN should stay NaN; got {got}.").format(
+                        case=case, got=qf[torch.isnan(xf)].tolist()
+                    )
+                )
             # the decoded x_fp8 and scale, as copies: what the learner's code does to them changes no later step
             back = call(dequantize_fp8, q.clone(), scale.clone(), case=f"{case} (dequantize)")
-            expect_type(back, torch.Tensor, case=case, what="dequantize_fp8's result")
+            expect_type(back, torch.Tensor, case=case, what=_("dequantize_fp8's result"))
             if back.dtype != torch.float32 or back.shape != x.shape:
                 raise CheckFailed(
-                    f"case {case}: dequantize_fp8 should return float32 of shape {tuple(x.shape)}; got {back.dtype} {tuple(back.shape)}."
+                    _(
+                        "case {case}: dequantize_fp8 should return float32 of shape {shape}; got {dtype} {got_shape}."
+                    ).format(case=case, shape=tuple(x.shape), dtype=back.dtype, got_shape=tuple(back.shape))
                 )
             want = qf / scale.float()
             ok = torch.isclose(back, want, rtol=1e-6, atol=0.0, equal_nan=True)
             if not ok.all():
                 i = int((~ok).flatten().nonzero()[0])
                 raise CheckFailed(
-                    f"case {case}: dequantize_fp8(x_fp8, scale) should be x_fp8 / scale in float32: element {i} is "
-                    f"{how_far(back.flatten()[i].item(), want.flatten()[i].item())}."
+                    _(
+                        "case {case}: dequantize_fp8(x_fp8, scale) should be x_fp8 / scale in float32: element {index} "
+                        "is {how_far}."
+                    ).format(
+                        case=case,
+                        index=i,
+                        how_far=how_far(back.flatten()[i].item(), want.flatten()[i].item()),
+                    )
                 )
             n += 1
     return n
@@ -247,7 +283,7 @@ def check_delayed_scaler(DelayedScaler) -> int:  # noqa: N803 - the learner's cl
             got,
             _nth(expected, 0),
             case=case,
-            what="the scale before the first update",
+            what=_("the scale before the first update"),
             rtol=1e-6,
             reveal=False,
         )
@@ -258,7 +294,7 @@ def check_delayed_scaler(DelayedScaler) -> int:  # noqa: N803 - the learner's cl
                 got,
                 _nth(expected, step),
                 case=case,
-                what=f"the scale after update {step} (amax {amax:g})",
+                what=_("the scale after update {step} (amax {amax:g})").format(step=step, amax=amax),
                 rtol=1e-6,
                 reveal=False,
             )
@@ -272,21 +308,21 @@ def _nth(expected, i: int):
 def _build(side: dict, scaler_class, fmt: str, settings: dict, case: str) -> float:
     """A learner step: the learner's scaler, kept in `side` for the next steps, and its scale before any update."""
     side["scaler"] = call(scaler_class, fmt, **settings, case=case)
-    return _scale(side["scaler"], case, "before any update")
+    return _scale(side["scaler"], case, _("`scale` before any update"))
 
 
 def _update(side: dict, label: str, amax: float, case: str, step: int) -> float:
     """A learner step: one `update(amax)` of the learner's scaler (what it returns is not used), then its scale."""
     call(side["scaler"].update, amax, case=label)
-    return _scale(side["scaler"], case, f"after update {step}")
+    return _scale(side["scaler"], case, _("`scale` after update {step}").format(step=step))
 
 
-def _scale(scaler, case: str, when: str) -> float:
-    """Inside a learner step: the scaler's `scale`, as a float."""
+def _scale(scaler, case: str, what: str) -> float:
+    """Inside a learner step: the scaler's `scale`, as a float (`what` names it in a message)."""
     value = getattr(scaler, "scale", None)
     if isinstance(value, torch.Tensor):
         value = float(value)
-    expect_type(value, numbers.Real, case=case, what=f"`scale` {when}")
+    expect_type(value, numbers.Real, case=case, what=what)
     return float(value)
 
 
@@ -336,10 +372,12 @@ def check_quantize_mxfp8(quantize_mxfp8) -> int:
     cases = _e3_cases() + drawn_cases("e3_quantize_mxfp8", 3, _drawn_e3_case)
     for case, x in cases:
         result = call(quantize_mxfp8, x.clone(), case=case)
-        expect_type(result, tuple, case=case, what="the result")
+        expect_type(result, tuple, case=case, what=_("the result"))
         if len(result) != 2:
             raise CheckFailed(
-                f"case {case}: the result should be a pair (x_fp8, exponents); got {len(result)} items."
+                _("case {case}: the result should be a pair (x_fp8, exponents); got {count} items.").format(
+                    case=case, count=len(result)
+                )
             )
         q, e = result
         expect_type(q, torch.Tensor, case=case, what="x_fp8")
@@ -347,12 +385,16 @@ def check_quantize_mxfp8(quantize_mxfp8) -> int:
         blocks_shape = (*x.shape[:-1], x.shape[-1] // BLOCK)
         if q.dtype != torch.float8_e4m3fn or q.shape != x.shape:
             raise CheckFailed(
-                f"case {case}: x_fp8 should be float8_e4m3fn of shape {tuple(x.shape)}; got {q.dtype} {tuple(q.shape)}."
+                _(
+                    "case {case}: x_fp8 should be float8_e4m3fn of shape {shape}; got {dtype} {got_shape}."
+                ).format(case=case, shape=tuple(x.shape), dtype=q.dtype, got_shape=tuple(q.shape))
             )
         if e.is_floating_point() or tuple(e.shape) != blocks_shape:
             raise CheckFailed(
-                f"case {case}: exponents should be an integer tensor of shape {blocks_shape} (one per 32 values); "
-                f"got {e.dtype} {tuple(e.shape)}."
+                _(
+                    "case {case}: exponents should be an integer tensor of shape {shape} (one per 32 values); got "
+                    "{dtype} {got_shape}."
+                ).format(case=case, shape=blocks_shape, dtype=e.dtype, got_shape=tuple(e.shape))
             )
         blocks = x.float().reshape(*blocks_shape, BLOCK)
         amax = blocks.abs().amax(-1)
@@ -362,14 +404,16 @@ def check_quantize_mxfp8(quantize_mxfp8) -> int:
         smallest = (amax > 448.0 * torch.exp2(e64.double() - 1)) | ~nonzero
         zero_ok = (e64 == -127) | nonzero
         for ok, rule in (
-            (fits, "2^e must keep the block's amax within E4M3's range (amax / 2^e <= 448)"),
+            (fits, _("2^e must keep the block's amax within E4M3's range (amax / 2^e <= 448)")),
             (
                 smallest,
-                "e must be the smallest such exponent (2^(e-1) would not keep amax / 2^(e-1) within 448)",
+                _("e must be the smallest such exponent (2^(e-1) would not keep amax / 2^(e-1) within 448)"),
             ),
             (
                 zero_ok,
-                "an all-zero block gets the exponent -127 (the E8M0 byte 0, as Transformer Engine writes it)",
+                _(
+                    "an all-zero block gets the exponent -127 (the E8M0 byte 0, as Transformer Engine writes it)"
+                ),
             ),
         ):
             if not ok.all():
@@ -377,11 +421,15 @@ def check_quantize_mxfp8(quantize_mxfp8) -> int:
                 hint = ""
                 ocp = torch.floor(torch.log2(amax.double())) - 8  # OCP MX v1.0's reference rule
                 if ok is fits and nonzero.flatten()[i] and e64.flatten()[i] == ocp.flatten()[i]:
-                    hint = (
-                        " That is OCP MX v1.0's rule, floor(log2(amax)) - 8, which lets up to 512 * 2^e through"
-                        " and saturates it; this exercise uses NVIDIA's, e = ceil(log2(amax / 448))."
+                    hint = " " + _(
+                        "That is OCP MX v1.0's rule, floor(log2(amax)) - 8, which lets up to 512 * 2^e through and "
+                        "saturates it; this exercise uses NVIDIA's, e = ceil(log2(amax / 448))."
                     )
-                raise CheckFailed(f"case {case}: block {i}: {rule}; got e = {int(e64.flatten()[i])}.{hint}")
+                raise CheckFailed(
+                    _("case {case}: block {block}: {rule}; got e = {exponent}.{hint}").format(
+                        case=case, block=i, rule=rule, exponent=int(e64.flatten()[i]), hint=hint
+                    )
+                )
         target = blocks / torch.exp2(e64.float()).unsqueeze(-1)
         expect_nearest(q.float().reshape(*blocks_shape, BLOCK), target, "e4m3", case=case, what="x_fp8")
     return len(cases)
@@ -441,21 +489,31 @@ def run_fp8_matmul_cases(fp8_matmul, device: str) -> int:
         side = {}  # the ops the learner's call dispatched, filled by the learner step only
         out = learner(case, lambda: _seen_call(fp8_matmul, a, b, case, side))  # noqa: B023 - called at once
         scaled_mm = learner(f"{case}: torch._scaled_mm dispatched", lambda: "_scaled_mm" in side["ops"])  # noqa: B023
-        expect_type(out, torch.Tensor, case=case, what="the result")
+        expect_type(out, torch.Tensor, case=case, what=_("the result"))
         if out.dtype != torch.bfloat16 or tuple(out.shape) != (a.shape[0], b.shape[1]):
             raise CheckFailed(
-                f"case {case}: the result should be bfloat16 of shape {(a.shape[0], b.shape[1])}; got {out.dtype} {tuple(out.shape)}."
+                _(
+                    "case {case}: the result should be bfloat16 of shape {shape}; got {dtype} {got_shape}."
+                ).format(
+                    case=case, shape=(a.shape[0], b.shape[1]), dtype=out.dtype, got_shape=tuple(out.shape)
+                )
             )
         if not scaled_mm:
             raise CheckFailed(
-                f"case {case}: the product should run as one FP8 GEMM, torch._scaled_mm; it was not called."
+                _(
+                    "case {case}: the product should run as one FP8 GEMM, torch._scaled_mm; it was not called."
+                ).format(case=case)
             )
         exact = reference(lambda: a.double() @ b.double())  # noqa: B023 - called at once
         if judging():
             error = (out.double() - exact).norm() / exact.norm()
             # two E4M3 operands (3 mantissa bits: relative rounding <= 2^-4 each), k random terms: about 4% in norm
             expect_close(
-                float(error), 0.0, case=case, what="the relative error against the exact product", atol=0.08
+                float(error),
+                0.0,
+                case=case,
+                what=_("the relative error against the exact product"),
+                atol=0.08,
             )
     return len(cases)
 
@@ -469,6 +527,8 @@ def check_fp8_matmul(fp8_matmul) -> int:
     needs_hardware(
         cuda=True,
         min_capability=(8, 9),
-        passed=f"{n} CPU cases of torch._scaled_mm" if n else "nothing (this torch has no CPU _scaled_mm)",
+        passed=_("{count} CPU cases of torch._scaled_mm").format(count=n)
+        if n
+        else _("nothing (this torch has no CPU _scaled_mm)"),
     )
     return n + run_fp8_matmul_cases(fp8_matmul, "cuda")

@@ -48,6 +48,7 @@ import torch
 from autograders.kit import (
     DEFERRED,
     CheckFailed,
+    _,
     call,
     check,
     drawn,
@@ -138,7 +139,9 @@ def _e1_cases(rng) -> list[tuple[str, float, int]]:
 
 
 def _describe_plan(plan: dict) -> str:
-    return f"checkpointing={plan['checkpointing']}, micro-batch {plan['micro_batch']}"
+    return _("checkpointing={checkpointing}, micro-batch {micro_batch}").format(
+        checkpointing=plan["checkpointing"], micro_batch=plan["micro_batch"]
+    )
 
 
 @check("e1_plan_for", points=3)
@@ -152,26 +155,38 @@ def check_plan_for(plan_for) -> int:
         if plan is None:
             if judging() and want is not None:
                 raise CheckFailed(
-                    f"case {case}: you returned None (nothing fits), but a plan fits the budget of "
-                    f"{budget / GiB:.1f} GiB (90% of {gpu} GiB)."
+                    _(
+                        "case {case}: you returned None (nothing fits), but a plan fits the budget of "
+                        "{budget_gib:.1f} GiB (90% of {gpu_gib} GiB)."
+                    ).format(case=case, budget_gib=budget / GiB, gpu_gib=gpu)
                 )
             n += 1
             continue
         expect_keys(
-            plan, ("checkpointing", "micro_batch", "accumulation", "peak_gib"), case=case, what="the plan"
+            plan, ("checkpointing", "micro_batch", "accumulation", "peak_gib"), case=case, what=_("the plan")
         )
         expect_type(plan["checkpointing"], bool, case=case, what='plan["checkpointing"]')
         for key in ("micro_batch", "accumulation"):
             if not isinstance(plan[key], numbers.Integral) or isinstance(plan[key], bool) or plan[key] < 1:
-                raise CheckFailed(f"case {case}: plan[{key!r}] should be a positive int; got {plan[key]!r}.")
+                raise CheckFailed(
+                    _("case {case}: plan[{key}] should be a positive int; got {got}.").format(
+                        case=case, key=repr(key), got=repr(plan[key])
+                    )
+                )
         if plan["micro_batch"] not in MICRO_BATCHES:
             raise CheckFailed(
-                f"case {case}: the micro-batch should be one of {MICRO_BATCHES}; got {plan['micro_batch']}."
+                _("case {case}: the micro-batch should be one of {choices}; got {got}.").format(
+                    case=case, choices=MICRO_BATCHES, got=plan["micro_batch"]
+                )
             )
         if plan["micro_batch"] * plan["accumulation"] != BATCH:
             raise CheckFailed(
-                f"case {case}: micro-batch x accumulation should be the batch of {BATCH} sequences per optimizer "
-                f"step; got {plan['micro_batch']} x {plan['accumulation']}."
+                _(
+                    "case {case}: micro-batch x accumulation should be the batch of {batch} sequences per optimizer "
+                    "step; got {micro_batch} x {accumulation}."
+                ).format(
+                    case=case, batch=BATCH, micro_batch=plan["micro_batch"], accumulation=plan["accumulation"]
+                )
             )
         peak = reference(lambda: _peak(seq, plan["micro_batch"], plan["checkpointing"]))  # noqa: B023
         expect_type(plan["peak_gib"], numbers.Real, case=case, what='plan["peak_gib"]')
@@ -179,7 +194,9 @@ def check_plan_for(plan_for) -> int:
             float(plan["peak_gib"]),
             peak if peak is DEFERRED else peak / GiB,
             case=case,
-            what=f'plan["peak_gib"], the simulated peak of your plan ({_describe_plan(plan)})',
+            what=_('plan["peak_gib"], the simulated peak of your plan ({plan})').format(
+                plan=_describe_plan(plan)
+            ),
             rtol=1e-3,
             reveal=False,
         )
@@ -194,23 +211,44 @@ def _judge_plan(plan: dict, want: dict | None, peak: int, *, case: str, gpu: flo
     budget = (1 - HEADROOM) * gpu * GiB
     if peak > budget:
         raise CheckFailed(
-            f"case {case}: your plan ({_describe_plan(plan)}) simulates to {peak / GiB:.2f} GiB, more than the "
-            f"budget of {budget / GiB:.1f} GiB (90% of {gpu} GiB)."
+            _(
+                "case {case}: your plan ({plan}) simulates to {peak_gib:.2f} GiB, more than the "
+                "budget of {budget_gib:.1f} GiB (90% of {gpu_gib} GiB)."
+            ).format(
+                case=case,
+                plan=_describe_plan(plan),
+                peak_gib=peak / GiB,
+                budget_gib=budget / GiB,
+                gpu_gib=gpu,
+            )
         )
     if want is None:
         raise CheckFailed(
-            f"case {case}: the check's simulation says nothing fits here; your plan says it does."
+            _("case {case}: the check's simulation says nothing fits here; your plan says it does.").format(
+                case=case
+            )
         )
     if plan["checkpointing"] and not want["checkpointing"]:
         raise CheckFailed(
-            f"case {case}: checkpointing is on, but a micro-batch fits without it: every step would recompute "
-            "its forward for nothing."
+            _(
+                "case {case}: checkpointing is on, but a micro-batch fits without it: every step would recompute "
+                "its forward for nothing."
+            ).format(case=case)
         )
     if plan["micro_batch"] < want["micro_batch"]:
         raise CheckFailed(
-            f"case {case}: micro-batch {plan['micro_batch']} wastes the budget: it is not the largest of "
-            f"{MICRO_BATCHES} whose simulated peak fits {budget / GiB:.1f} GiB (90% of {gpu} GiB) with "
-            f"checkpointing={plan['checkpointing']}."
+            _(
+                "case {case}: micro-batch {micro_batch} wastes the budget: it is not the largest of "
+                "{choices} whose simulated peak fits {budget_gib:.1f} GiB (90% of {gpu_gib} GiB) with "
+                "checkpointing={checkpointing}."
+            ).format(
+                case=case,
+                micro_batch=plan["micro_batch"],
+                choices=MICRO_BATCHES,
+                budget_gib=budget / GiB,
+                gpu_gib=gpu,
+                checkpointing=plan["checkpointing"],
+            )
         )
 
 
@@ -309,7 +347,9 @@ def _lora_facts(add_lora, lora_case: LoraCase, index: int, side: dict) -> dict:
         side["ids"] = _probe_ids(base, index)
     with _Quiet():
         model = call(add_lora, base, lora_case.rank, case=lora_case.case)
-    expect_type(model, PeftModel, case=lora_case.case, what="the result (a peft model, from get_peft_model)")
+    expect_type(
+        model, PeftModel, case=lora_case.case, what=_("the result (a peft model, from get_peft_model)")
+    )
     side["model"] = model
     lora_layers = []
     for name, module in model.named_modules():
@@ -364,49 +404,80 @@ def check_add_lora(add_lora) -> int:
         expected = reference(lambda: _expected_lora(lora_case, index))  # noqa: B023
         if not facts[lora_case.task]:
             raise CheckFailed(
-                f"case {case}: for a {BASE_CLASSES[lora_case.task]} the result should be a "
-                f"{PEFT_CLASSES[lora_case.task]} (LoraConfig's task_type says which); got {facts['class']}."
+                _(
+                    "case {case}: for a {base_class} the result should be a "
+                    "{peft_class} (LoraConfig's task_type says which); got {got}."
+                ).format(
+                    case=case,
+                    base_class=BASE_CLASSES[lora_case.task],
+                    peft_class=PEFT_CLASSES[lora_case.task],
+                    got=facts["class"],
+                )
             )
         lora_layers = facts["lora_layers"]
-        wrong_place = [name for name, _, _ in lora_layers if not _is_target(name)]
+        wrong_place = [name for name, _rank, _scaling in lora_layers if not _is_target(name)]
         if wrong_place:
             raise CheckFailed(
-                f"case {case}: LoRA should adapt only the attention projections {ATTENTION_PROJECTIONS}; it is also "
-                f"on {wrong_place[0]}."
+                _(
+                    "case {case}: LoRA should adapt only the attention projections {projections}; it is also "
+                    "on {name}."
+                ).format(case=case, projections=ATTENTION_PROJECTIONS, name=wrong_place[0])
             )
         if judging() and len(lora_layers) != expected["targets"]:
             raise CheckFailed(
-                f"case {case}: there should be a LoRA layer on each of the {expected['targets']} attention "
-                f"projections; found {len(lora_layers)}."
+                _(
+                    "case {case}: there should be a LoRA layer on each of the {expected} attention "
+                    "projections; found {found}."
+                ).format(case=case, expected=expected["targets"], found=len(lora_layers))
             )
         for name, layer_rank, scaling in lora_layers:
             if layer_rank != rank:
-                raise CheckFailed(f"case {case}: {name} has rank {layer_rank}; asked for {rank}.")
+                raise CheckFailed(
+                    _("case {case}: {name} has rank {got}; asked for {rank}.").format(
+                        case=case, name=name, got=layer_rank, rank=rank
+                    )
+                )
             if not math.isclose(scaling, 2.0):
                 raise CheckFailed(
-                    f"case {case}: {name} scales its update by alpha / r = {scaling:g}; the lesson's "
-                    "alpha is twice the rank (a scaling of 2)."
+                    _(
+                        "case {case}: {name} scales its update by alpha / r = {scaling:g}; the lesson's "
+                        "alpha is twice the rank (a scaling of 2)."
+                    ).format(case=case, name=name, scaling=scaling)
                 )
         trainable = facts["trainable"]
-        for name, _ in trainable:
+        for name, _shape in trainable:
             if "lora_" not in name and not (classifier and ".score." in f".{name}"):
-                raise CheckFailed(
-                    f"case {case}: {name} is trainable; only the LoRA matrices"
-                    + (" and the classifier's head" if classifier else "")
-                    + " should be."
+                text = (
+                    _(
+                        "case {case}: {name} is trainable; only the LoRA matrices and the classifier's head "
+                        "should be."
+                    )
+                    if classifier
+                    else _("case {case}: {name} is trainable; only the LoRA matrices should be.")
                 )
-        if classifier and not any("score" in name for name, _ in trainable):
+                raise CheckFailed(text.format(case=case, name=name))
+        if classifier and not any("score" in name for name, _shape in trainable):
             raise CheckFailed(
-                f"case {case}: the classifier's head (score) is frozen: it is new and random, so it must train with "
-                "the adapters (peft does this for task_type SEQ_CLS)."
+                _(
+                    "case {case}: the classifier's head (score) is frozen: it is new and random, so it must train "
+                    "with the adapters (peft does this for task_type SEQ_CLS)."
+                ).format(case=case)
             )
-        count = sum(math.prod(shape) for _, shape in trainable)
+        count = sum(math.prod(shape) for _name, shape in trainable)
         if judging() and count != expected["trainable"]:
+            text = (
+                _(
+                    "case {case}: {count:,} trainable parameters; expected exactly the rank-{rank} A and B matrices "
+                    "of every attention projection plus the head ({how_far})."
+                )
+                if classifier
+                else _(
+                    "case {case}: {count:,} trainable parameters; expected exactly the rank-{rank} A and B matrices "
+                    "of every attention projection ({how_far})."
+                )
+            )
             raise CheckFailed(
-                f"case {case}: {count:,} trainable parameters; expected exactly the rank-{rank} A and B matrices of "
-                "every attention projection"
-                + (" plus the head" if classifier else "")
-                + f" ({how_far(count, expected['trainable'])})."
+                text.format(case=case, count=count, rank=rank, how_far=how_far(count, expected["trainable"]))
             )
         if not lora_case.on_meta:
             got = learner(f"{case}: the adapted model's logits", lambda: _adapted_logits(side))  # noqa: B023
@@ -414,9 +485,10 @@ def check_add_lora(add_lora) -> int:
                 base_logits = expected["logits"]
                 if not torch.allclose(got, base_logits, atol=1e-5, rtol=1e-5):
                     raise CheckFailed(
-                        f"case {case}: the adapted model should compute exactly what the base computed before "
-                        f"training (LoRA's B starts at zero); its logits differ by up to "
-                        f"{(got - base_logits).abs().max():.3g}."
+                        _(
+                            "case {case}: the adapted model should compute exactly what the base computed before "
+                            "training (LoRA's B starts at zero); its logits differ by up to {difference:.3g}."
+                        ).format(case=case, difference=(got - base_logits).abs().max())
                     )
         side.clear()
         n += 1
@@ -507,9 +579,17 @@ def simulated_run_peak(config: dict) -> int:
 
 def _expect_number(value, *, case: str, what: str, positive: bool = True) -> float:
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
-        raise CheckFailed(f"case {case}: {what} should be a finite number; got {value!r}.")
+        raise CheckFailed(
+            _("case {case}: {what} should be a finite number; got {got}.").format(
+                case=case, what=what, got=repr(value)
+            )
+        )
     if positive and value <= 0:
-        raise CheckFailed(f"case {case}: {what} should be positive; got {value!r}.")
+        raise CheckFailed(
+            _("case {case}: {what} should be positive; got {got}.").format(
+                case=case, what=what, got=repr(value)
+            )
+        )
     return float(value)
 
 
@@ -594,14 +674,18 @@ def check_graded_run(run_dir) -> int:
     path = files["run_json_path"]
     if files["run_json"] is None:
         raise CheckFailed(
-            f"case {case}: there is no {path}. Run the cell above that calls run_capstone(RUN_DIR): it trains and "
-            f"writes the run into {run_dir}, next to this notebook. Hand that folder in with the notebook: the grader "
-            "evaluates the run you hand in, it does not train again."
+            _(
+                "case {case}: there is no {path}. Run the cell above that calls run_capstone(RUN_DIR): it trains and "
+                "writes the run into {run_dir}, next to this notebook. Hand that folder in with the notebook: the "
+                "grader evaluates the run you hand in, it does not train again."
+            ).format(case=case, path=path, run_dir=run_dir)
         )
     try:
         written = json.loads(files["run_json"].decode("utf-8"))
     except ValueError as error:
-        raise CheckFailed(f"case {case}: {path} is not valid JSON ({error}).") from None
+        raise CheckFailed(
+            _("case {case}: {path} is not valid JSON ({error}).").format(case=case, path=path, error=error)
+        ) from None
     expect_type(written, dict, case=case, what="run.json")
     expect_keys(written, RUN_KEYS, case=case, what="run.json")
     config = written["config"]
@@ -609,12 +693,21 @@ def check_graded_run(run_dir) -> int:
     device = written["device"]
     if device not in RUN_DEVICES:
         raise CheckFailed(
-            f'case {case}: run.json["device"] is {device!r}; it should be one of {RUN_DEVICES}.'
+            _('case {case}: run.json["device"] is {device}; it should be one of {devices}.').format(
+                case=case, device=repr(device), devices=RUN_DEVICES
+            )
         )
     if written["model"] != TINY_BASE.name or written["task"] != "imdb":
         raise CheckFailed(
-            f'case {case}: the graded run fine-tunes {TINY_BASE.name!r} on the task "imdb"; run.json says '
-            f"{written['model']!r} / {written['task']!r}."
+            _(
+                'case {case}: the graded run fine-tunes {model} on the task "imdb"; run.json says '
+                "{got_model} / {got_task}."
+            ).format(
+                case=case,
+                model=repr(TINY_BASE.name),
+                got_model=repr(written["model"]),
+                got_task=repr(written["task"]),
+            )
         )
 
     # the loss curve: one finite value per optimizer step, going down
@@ -622,27 +715,36 @@ def check_graded_run(run_dir) -> int:
     expect_type(curve, list, case=case, what='run.json["loss_curve"]')
     if len(curve) != config["steps"]:
         raise CheckFailed(
-            f"case {case}: the loss curve should have one value per optimizer step ({config['steps']}); it has "
-            f"{len(curve)}."
+            _(
+                "case {case}: the loss curve should have one value per optimizer step ({steps}); it has {count}."
+            ).format(case=case, steps=config["steps"], count=len(curve))
         )
     for value in curve:
-        _expect_number(value, case=case, what="every loss")
+        _expect_number(value, case=case, what=_("every loss"))
     fifth = max(1, len(curve) // 5)
     if sum(curve[-fifth:]) / fifth >= sum(curve[:fifth]) / fifth:
         raise CheckFailed(
-            f"case {case}: the loss did not go down (mean of the last fifth >= mean of the first fifth)."
+            _(
+                "case {case}: the loss did not go down (mean of the last fifth >= mean of the first fifth)."
+            ).format(case=case)
         )
     _expect_number(written["step_time_s"], case=case, what='run.json["step_time_s"]')
 
     # the adapter: loaded onto the check's own base, and counted
     adapter_dir = files["adapter_dir"]
     if files["adapter_config"] is None:
-        raise CheckFailed(f"case {case}: no adapter in {adapter_dir}: save it there with save_pretrained.")
+        raise CheckFailed(
+            _("case {case}: no adapter in {adapter_dir}: save it there with save_pretrained.").format(
+                case=case, adapter_dir=adapter_dir
+            )
+        )
     reloaded = reference(lambda: _reload_adapter(files))
     if judging():
         if isinstance(reloaded, str):
             raise CheckFailed(
-                f"case {case}: the adapter in {adapter_dir} does not load onto the tiny base ({reloaded})."
+                _(
+                    "case {case}: the adapter in {adapter_dir} does not load onto the tiny base ({error})."
+                ).format(case=case, adapter_dir=adapter_dir, error=reloaded)
             )
         model = reloaded[0]
         lora = model.peft_config["default"]
@@ -652,16 +754,25 @@ def check_graded_run(run_dir) -> int:
             or set(lora.target_modules) != set(config["target_modules"])
         ):
             raise CheckFailed(
-                f"case {case}: the saved adapter (r={lora.r}, alpha={lora.lora_alpha}, on {sorted(lora.target_modules)}) "
-                "is not the configuration run.json reports."
+                _(
+                    "case {case}: the saved adapter (r={rank}, alpha={alpha}, on {targets}) "
+                    "is not the configuration run.json reports."
+                ).format(case=case, rank=lora.r, alpha=lora.lora_alpha, targets=sorted(lora.target_modules))
             )
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in model.parameters())
         for key, value in (("trainable_parameters", trainable), ("total_parameters", total)):
             if written[key] != value:
+                difference = (
+                    how_far(written[key], value)
+                    if isinstance(written[key], numbers.Real)
+                    else _("not a number")
+                )
                 raise CheckFailed(
-                    f'case {case}: run.json["{key}"] is {written[key]!r}; the reloaded adapter on the base has a '
-                    f"different count ({how_far(written[key], value) if isinstance(written[key], numbers.Real) else 'not a number'})."
+                    _(
+                        'case {case}: run.json["{key}"] is {got}; the reloaded adapter on the base has a '
+                        "different count ({how_far})."
+                    ).format(case=case, key=key, got=repr(written[key]), how_far=difference)
                 )
 
     # accuracy: evaluated again, by the check
@@ -669,20 +780,24 @@ def check_graded_run(run_dir) -> int:
     expect_keys(reported, ("accuracy", "n"), case=case, what='run.json["eval"]')
     if reported["n"] != N_EVAL:
         raise CheckFailed(
-            f"case {case}: evaluate on the first {N_EVAL} test reviews; run.json says n={reported['n']}."
+            _("case {case}: evaluate on the first {n_eval} test reviews; run.json says n={n}.").format(
+                case=case, n_eval=N_EVAL, n=reported["n"]
+            )
         )
     accuracy = reference(lambda: eval_accuracy(*reloaded, config["seq"]))
     expect_close(
-        _expect_number(reported["accuracy"], case=case, what="the accuracy"),
+        _expect_number(reported["accuracy"], case=case, what=_("the accuracy")),
         accuracy,
         case=case,
-        what="the reported accuracy against the check's own evaluation of your saved adapter",
+        what=_("the reported accuracy against the check's own evaluation of your saved adapter"),
         atol=3 / N_EVAL,
     )
     if judging() and accuracy < ACCURACY_BAR:
         raise CheckFailed(
-            f"case {case}: your adapter reaches {accuracy:.3f} accuracy on the {N_EVAL} test reviews; the bar is "
-            f"{ACCURACY_BAR}. Train longer or with another learning rate."
+            _(
+                "case {case}: your adapter reaches {accuracy:.3f} accuracy on the {n_eval} test reviews; the bar is "
+                "{bar}. Train longer or with another learning rate."
+            ).format(case=case, accuracy=accuracy, n_eval=N_EVAL, bar=ACCURACY_BAR)
         )
 
     # memory: the reported train peak against a simulated step of the same configuration
@@ -694,8 +809,10 @@ def check_graded_run(run_dir) -> int:
         simulated = reference(lambda: simulated_run_peak(config))
         if judging() and not 0.9 * simulated <= train_peak <= 1.25 * simulated:
             raise CheckFailed(
-                f"case {case}: the reported training peak is {how_far(train_peak, simulated)} from a simulated step "
-                "of the same configuration (allowed: -10% to +25%): measure it with track_memory around the training."
+                _(
+                    "case {case}: the reported training peak is {how_far} from a simulated step of the same "
+                    "configuration (allowed: -10% to +25%): measure it with track_memory around the training."
+                ).format(case=case, how_far=how_far(train_peak, simulated))
             )
     model = reloaded = None  # the judge's copy of the base, freed
     gc.collect()
@@ -771,24 +888,36 @@ def check_merged_weight(merged_weight) -> int:
         for k in range(len(E4_TARGETS)):
             result = learner(case, lambda: _learner_merge(merged_weight, side, k, case, args))  # noqa: B023
             got = result["merged"]
-            expect_type(got, torch.Tensor, case=case, what="the result")
+            expect_type(got, torch.Tensor, case=case, what=_("the result"))
             want = None if wants is DEFERRED else wants[k]
             if want is not None and (got.shape != want.shape or got.dtype != want.dtype):
                 raise CheckFailed(
-                    f"case {case}: the merged weight should have the base weight's shape {tuple(want.shape)} and dtype "
-                    f"{want.dtype}; got {tuple(got.shape)} {got.dtype}."
+                    _(
+                        "case {case}: the merged weight should have the base weight's shape {shape} and dtype "
+                        "{dtype}; got {got_shape} {got_dtype}."
+                    ).format(
+                        case=case,
+                        shape=tuple(want.shape),
+                        dtype=want.dtype,
+                        got_shape=tuple(got.shape),
+                        got_dtype=got.dtype,
+                    )
                 )
             if not result["base_unchanged"]:
                 raise CheckFailed(
-                    f"case {case}: merged_weight changed the layer's base weight; it should return a new tensor."
+                    _(
+                        "case {case}: merged_weight changed the layer's base weight; it should return a new tensor."
+                    ).format(case=case)
                 )
             if want is not None:
                 tol = 1e-5 if dtype == torch.float32 else 1e-2
                 error = (got.float() - want.float()).abs().max().item()
                 if not torch.allclose(got.float(), want.float(), atol=tol, rtol=tol):
                     raise CheckFailed(
-                        f"case {case}: the merged weight differs from W + (alpha / r) * B @ A by up to {error:.3g} "
-                        f"(tolerance {tol:g})."
+                        _(
+                            "case {case}: the merged weight differs from W + (alpha / r) * B @ A by up to {error:.3g} "
+                            "(tolerance {tolerance:g})."
+                        ).format(case=case, error=error, tolerance=tol)
                     )
             n += 1
     return n
@@ -798,7 +927,7 @@ def check_merged_weight(merged_weight) -> int:
 
 
 def _expect_measurement(result, *, case: str) -> tuple[int, float]:
-    expect_keys(result, ("peak_bytes", "step_time_s"), case=case, what="the result")
+    expect_keys(result, ("peak_bytes", "step_time_s"), case=case, what=_("the result"))
     peak = _expect_number(result["peak_bytes"], case=case, what='result["peak_bytes"]')
     seconds = _expect_number(result["step_time_s"], case=case, what='result["step_time_s"]')
     return int(peak), seconds
@@ -810,13 +939,13 @@ def check_measure_lora_step(measure_lora_step) -> int:
     case = "one layer of Llama-2-7B on the CPU, seq 64, micro-batch 1, checkpointing"
     with _Quiet():
         result = call(measure_lora_step, 64, 1, True, layers=1, device="cpu", case=case)
-    peak, _ = _expect_measurement(result, case=case)
+    peak, _seconds = _expect_measurement(result, case=case)
     simulated = reference(lambda: simulate_7b_lora_step(64, 1, True, layers=1).peak_bytes)
     expect_close(
         peak,
         simulated,
         case=case,
-        what="the peak (the tracker's bytes against the simulation)",
+        what=_("the peak (the tracker's bytes against the simulation)"),
         rtol=0.01,
         reveal=False,
     )
@@ -824,16 +953,18 @@ def check_measure_lora_step(measure_lora_step) -> int:
 
     # the GPU stage needs the simulated 13.25 GiB (seq 1024, micro-batch 1, checkpointing) plus the CUDA context:
     # 20 GiB of reported capacity
-    needs_hardware(cuda=True, min_gpu_gb=20, passed="the one-layer CPU stage passed")
+    needs_hardware(cuda=True, min_gpu_gb=20, passed=_("the one-layer CPU stage passed"))
     case = "Llama-2-7B on the GPU, seq 1024, micro-batch 1, checkpointing"
     result = call(measure_lora_step, 1024, 1, True, layers=32, device="cuda", case=case)
-    peak, _ = _expect_measurement(result, case=case)
+    peak, _seconds = _expect_measurement(result, case=case)
     simulated = reference(lambda: simulate_7b_lora_step(1024, 1, True).peak_bytes)
     expect_close(
         peak,
         simulated,
         case=case,
-        what="the allocator's peak against the simulation (cuBLAS workspaces and rounding explain a few per cent)",
+        what=_(
+            "the allocator's peak against the simulation (cuBLAS workspaces and rounding explain a few per cent)"
+        ),
         rtol=0.10,
         reveal=False,
     )

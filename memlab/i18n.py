@@ -11,7 +11,10 @@ filled by translators; `python scripts/translations.py extract memlab` adds new 
 scripts/build_lessons.py into `memlab/locale/<language>/LC_MESSAGES/memlab.mo`, next to this module: package data,
 so an installed course (editable or not) finds it without the repository, and the kernel reads it with the
 standard library's `gettext` (no Babel at run time). A fuzzy or empty translation is not compiled: the message
-stays English. `use` also asks memlab.plots for a font that has the language's letters (Hangul for "ko").
+stays English. The check kit's messages (autograders/kit.py, autograders/lessonNN.py) are a catalogue of their own,
+`translations/<language>/autograders.po`, compiled into `autograders/locale/` the same way and read through
+`translator("autograders", ...)`: a check speaks the language of the kernel it runs in, and the judge speaks the
+language of the lesson it grades (grading/judge.py). `use` also asks memlab.plots for a font that has the language's letters (Hangul for "ko").
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ ENGLISH = "en"
 LANGUAGES = (ENGLISH, "ko")
 
 _language = ENGLISH
-_translation: gettext.NullTranslations = gettext.NullTranslations()
+_catalogues: dict[
+    tuple[str, str, str], gettext.NullTranslations
+] = {}  # (domain, folder, language) -> catalogue
 
 
 def use(language: str) -> None:
@@ -35,11 +40,6 @@ def use(language: str) -> None:
     if language not in LANGUAGES:
         raise ValueError(f"memlab.i18n.use: unknown language {language!r}; one of {', '.join(LANGUAGES)}")
     _language = language
-    _translation = (
-        gettext.NullTranslations()
-        if language == ENGLISH
-        else gettext.translation(DOMAIN, localedir=LOCALE_DIR, languages=[language], fallback=True)
-    )
     from memlab import plots  # here, not at the top: plots imports matplotlib, i18n is imported by everything
 
     plots.use_language_font(language)
@@ -50,6 +50,23 @@ def language() -> str:
     return _language
 
 
-def _(message: str) -> str:
-    """`message` (English, as written in memlab's code) in the language `use` set; English where untranslated."""
-    return _translation.gettext(message)
+def translator(domain: str, localedir: Path):
+    """The `_` of a package whose messages are catalogue `domain` compiled under `localedir`
+    (<localedir>/<language>/LC_MESSAGES/<domain>.mo): `_(message)` is `message` (English, as written in the code) in
+    the language `use` set when it is called, English where untranslated. memlab's own `_` is one, the check kit's
+    (autograders/kit.py) another."""
+
+    def _(message: str) -> str:
+        if _language == ENGLISH:
+            return message
+        key = (domain, str(localedir), _language)
+        if key not in _catalogues:
+            _catalogues[key] = gettext.translation(
+                domain, localedir=localedir, languages=[_language], fallback=True
+            )
+        return _catalogues[key].gettext(message)
+
+    return _
+
+
+_ = translator(DOMAIN, LOCALE_DIR)

@@ -20,11 +20,12 @@ Then the translated editions (scripts/translations.py), for each language with a
 to solutions/ (ko): every lesson whose catalogue translations/ko/NN-slug.po is complete is written as
 ko/solutions/NN-slug/ (the solution with translated sources, no outputs, `memlab.i18n.use("ko")` after its
 `import memlab`, and a model_solution_outputs.json keyed by the Korean cells) and ko/lessons/NN-slug/ (rendered from
-it exactly as above); lessons whose catalogue is incomplete are listed, not built. translations/ko/memlab.po is
-compiled to memlab/locale/ko/LC_MESSAGES/memlab.mo. A lesson that has an edition (ko/solutions/NN-slug/) but whose
+it exactly as above); lessons whose catalogue is incomplete are listed, not built. translations/ko/memlab.po and
+translations/ko/autograders.po (the check kit's messages) are compiled to memlab/locale/ko/LC_MESSAGES/memlab.mo and
+autograders/locale/ko/LC_MESSAGES/autograders.mo. A lesson that has an edition (ko/solutions/NN-slug/) but whose
 catalogue is no longer complete against solutions/ (English changed: run `python scripts/translations.py extract`,
 translate the fuzzy and new messages) keeps its files and fails the build; so does a translation the build refuses.
-`--check` also fails when ko/ or the compiled catalogue differ from what would be written.
+`--check` also fails when ko/ or the compiled catalogues differ from what would be written.
 """
 
 from __future__ import annotations
@@ -252,10 +253,11 @@ def build_editions(solutions: Path, translations: Path, editions: Path, check: b
                 expected |= {
                     out / "lessons" / rel: data for rel, data in render(Path(tmp) / "solutions").items()
                 }
-        package = solutions.parent / "memlab"
-        compiled = tr.compiled_messages(translations, language)
-        if compiled is not None and package.is_dir():
-            expected[package / "locale" / language / "LC_MESSAGES" / f"{tr.MEMLAB}.mo"] = compiled
+        root = solutions.parent
+        for domain in tr.CODE_CATALOGUES:
+            compiled = tr.compiled_messages(translations, language, domain)
+            if compiled is not None and (root / domain).is_dir():
+                expected[root / domain / "locale" / language / "LC_MESSAGES" / f"{domain}.mo"] = compiled
 
         built = {rel.split("/")[0] for rel in edition.solutions}
         existing = {p.parent.name for p in (out / "solutions").glob("*/*.ipynb")}
@@ -279,10 +281,11 @@ def build_editions(solutions: Path, translations: Path, editions: Path, check: b
             )
             problems += status.details()
         if built or stale:
-            status = tr.memlab_status(translations, language, package)
-            if package.is_dir() and not status.complete:
-                problems.append(f"{language}: memlab's messages: {status.summary()}")
-                problems += status.details()
+            for domain in tr.CODE_CATALOGUES:
+                status = tr.code_status(domain, translations, language, root)
+                if (root / domain).is_dir() and not status.complete:
+                    problems.append(f"{language}: {domain}'s messages: {status.summary()}")
+                    problems += status.details()
 
         for warning in edition.warnings:
             print(f"{language}: warning: {warning}")

@@ -30,9 +30,11 @@ text is unchanged keeps its translation (not fuzzy) when only the code around it
 and an obsolete translation of exactly the English needed again comes back. Output is deterministic: messages in
 cell order, fixed POT-Creation-Date, no dates written by this tool.
 
-`translations/ko/memlab.po` holds memlab's own printed messages (`memlab.i18n._`); `extract memlab` updates it from
-memlab/*.py with Babel's Python extractor, and scripts/build_lessons.py compiles it to memlab/locale/ (package data
-the kernel reads with the standard library's gettext).
+Two catalogues translate code, not notebooks (`CODE_CATALOGUES`): `translations/ko/memlab.po`, memlab's own printed
+messages (`memlab.i18n._` in memlab/*.py), and `translations/ko/autograders.po`, the check kit's messages (`_` in
+autograders/kit.py and autograders/lessonNN.py: every CheckFailed, the ✓ line, NOT CHECKED HERE). `extract memlab`
+and `extract autograders` update them with Babel's Python extractor, and scripts/build_lessons.py compiles each to
+<package>/locale/ (package data the kernel and the grader's judge read with the standard library's gettext).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ ROOT = course.ROOT
 LANGUAGES = ("ko",)  # the languages an edition can be built in; English is the source
 LANGUAGE_NAMES = {"ko": "Korean"}
 MEMLAB = "memlab"  # the catalogue of memlab's own messages (translations/<lang>/memlab.po)
+AUTOGRADERS = "autograders"  # the check kit's messages (translations/<lang>/autograders.po)
+#: the catalogues of code: each is the package of that name's `_("...")` messages, compiled into <package>/locale/
+CODE_CATALOGUES = (MEMLAB, AUTOGRADERS)
 FIXED_DATE = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 CONTEXT = "cell "
 NBGRADER_MARKERS = {
@@ -92,10 +97,10 @@ HEADER = """\
 # A fuzzy message's English changed (#| shows the old English): check
 # the translation, edit it, then remove the fuzzy mark."""
 
-MEMLAB_HEADER = """\
-# {language} translation of memlab's own messages (memlab.i18n._ in
-# memlab/*.py), written by `python scripts/translations.py extract memlab`
-# and compiled into memlab/locale/ by `python scripts/build_lessons.py`.
+CODE_HEADER = """\
+# {language} translation of the messages of {domain}/*.py (its `_`),
+# written by `python scripts/translations.py extract {domain}` and
+# compiled into {domain}/locale/ by `python scripts/build_lessons.py`.
 # Keep every {{name}} and {{name:spec}} field of a message."""
 
 
@@ -428,13 +433,13 @@ def lesson_template(nb, slug: str, filename: str, language: str = "ko") -> Catal
     return template
 
 
-def memlab_template(language: str = "ko", package: Path = ROOT / "memlab") -> Catalog:
-    """The messages of memlab's code: every `_("...")` in memlab/*.py (Babel's Python extractor)."""
+def code_template(domain: str, language: str = "ko", root: Path = ROOT) -> Catalog:
+    """The messages of a package's code: every `_("...")` in <root>/<domain>/*.py (Babel's Python extractor)."""
     from babel.messages.extract import extract_from_file
 
-    template = new_catalog(
-        language, MEMLAB, MEMLAB_HEADER.format(language=LANGUAGE_NAMES.get(language, language))
-    )
+    package = root / domain
+    header = CODE_HEADER.format(language=LANGUAGE_NAMES.get(language, language), domain=domain)
+    template = new_catalog(language, domain, header)
     for path in sorted(package.glob("*.py")):
         for lineno, message, comments, context in extract_from_file(
             "python", str(path), keywords={"_": None}, comment_tags=("Translators:",)
@@ -442,7 +447,7 @@ def memlab_template(language: str = "ko", package: Path = ROOT / "memlab") -> Ca
             flags = ["python-brace-format"] if re.search(r"\{\w*[^{}]*\}", message) else []
             template.add(
                 message,
-                locations=[(f"memlab/{path.name}", lineno)],
+                locations=[(f"{domain}/{path.name}", lineno)],
                 auto_comments=comments,
                 context=context,
                 flags=flags,
@@ -470,10 +475,10 @@ def catalog_bytes(catalog: Catalog) -> bytes:
     for message in [*catalog, *catalog.obsolete.values()]:
         # Babel guesses python-format from any "% x" in a text ("50% of ...") and python-brace-format from any
         # "{...}" (math, f-strings); gettext tools (msgfmt -c, Poedit) would then check format directives that are
-        # not there, or refuse an f-string's expressions. No message is a %-format; only memlab.po's {name} fields
-        # are brace formats (memlab_template flags them), a lesson's tokens are checked by the build instead.
+        # not there, or refuse an f-string's expressions. No message is a %-format; only the code catalogues' {name}
+        # fields are brace formats (code_template flags them), a lesson's tokens are checked by the build instead.
         message.flags.discard("python-format")
-        if catalog.domain != MEMLAB:
+        if catalog.domain not in CODE_CATALOGUES:
             message.flags.discard("python-brace-format")
     buffer = io.BytesIO()
     write_po(buffer, catalog, width=76, include_previous=False, sort_output=False)
@@ -767,9 +772,9 @@ def build_edition(solutions: Path, translations: Path, language: str = "ko") -> 
     return edition
 
 
-def compiled_messages(translations: Path, language: str = "ko") -> bytes | None:
-    """memlab.po compiled (.mo: translated, non-fuzzy messages only), or None without a memlab.po."""
-    catalog = read_catalog(catalogue_path(MEMLAB, language, translations), language)
+def compiled_messages(translations: Path, language: str = "ko", domain: str = MEMLAB) -> bytes | None:
+    """A code catalogue compiled (.mo: translated, non-fuzzy messages only), or None without its .po."""
+    catalog = read_catalog(catalogue_path(domain, language, translations), language)
     if catalog is None:
         return None
     buffer = io.BytesIO()
@@ -785,34 +790,34 @@ def mo_messages(data: bytes) -> dict:
     return {(m.id, m.context): m.string for m in read_mo(io.BytesIO(data)) if m.id}
 
 
-def memlab_status(translations: Path, language: str = "ko", package: Path = ROOT / "memlab") -> Status:
-    path = catalogue_path(MEMLAB, language, translations)
-    return catalog_status(read_catalog(path, language), memlab_template(language, package), MEMLAB, path)
+def code_status(domain: str, translations: Path, language: str = "ko", root: Path = ROOT) -> Status:
+    path = catalogue_path(domain, language, translations)
+    return catalog_status(read_catalog(path, language), code_template(domain, language, root), domain, path)
 
 
 # ---- the command line ---------------------------------------------------------------------------------------------
 
 
-def _templates(slugs: list[str], solutions: Path, language: str, package: Path):
+def _templates(slugs: list[str], solutions: Path, language: str, root: Path):
     lessons = [p.name for p in course.lesson_dirs(solutions)]
-    unknown = [s for s in slugs if s not in lessons and s != MEMLAB]
+    unknown = [s for s in slugs if s not in lessons and s not in CODE_CATALOGUES]
     if unknown:
         raise SystemExit(
             f"no such lesson in {solutions}: {', '.join(unknown)} (lessons: {', '.join(lessons)})"
         )
-    for slug in slugs or [*lessons, MEMLAB]:
-        if slug == MEMLAB:
-            yield slug, memlab_template(language, package)
+    for slug in slugs or [*lessons, *CODE_CATALOGUES]:
+        if slug in CODE_CATALOGUES:
+            yield slug, code_template(slug, language, root)
         else:
             path, nb = _notebook(solutions, slug)
             yield slug, lesson_template(nb, slug, path.name, language)
 
 
 def extract(slugs: list[str], language: str = "ko", solutions: Path = ROOT / "solutions",
-            translations: Path = ROOT / "translations", package: Path = ROOT / "memlab") -> list[Status]:  # fmt: skip
-    """Create or update the catalogues of `slugs` (every lesson and memlab when empty); returns their status."""
+            translations: Path = ROOT / "translations", root: Path = ROOT) -> list[Status]:  # fmt: skip
+    """Create or update the catalogues of `slugs` (every lesson and code catalogue when empty); their status."""
     statuses = []
-    for slug, template in _templates(slugs, solutions, language, package):
+    for slug, template in _templates(slugs, solutions, language, root):
         path = catalogue_path(slug, language, translations)
         catalog = update_catalog(read_catalog(path, language), template)
         data = catalog_bytes(catalog)
@@ -829,21 +834,25 @@ def extract(slugs: list[str], language: str = "ko", solutions: Path = ROOT / "so
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["extract", "status"])
-    parser.add_argument("slugs", nargs="*", help=f"lessons (NN-slug) and/or {MEMLAB}; default: all of them")
+    parser.add_argument(
+        "slugs",
+        nargs="*",
+        help=f"lessons (NN-slug) and/or {', '.join(CODE_CATALOGUES)}; default: all of them",
+    )
     parser.add_argument("--lang", default="ko", choices=LANGUAGES)
     parser.add_argument("--solutions", type=Path, default=ROOT / "solutions", help="default: %(default)s")
     parser.add_argument(
         "--translations", type=Path, default=ROOT / "translations", help="default: %(default)s"
     )
     args = parser.parse_args(argv)
-    package = args.solutions.resolve().parent / "memlab"
+    root = args.solutions.resolve().parent
     if args.command == "extract":
-        statuses = extract(args.slugs, args.lang, args.solutions, args.translations, package)
+        statuses = extract(args.slugs, args.lang, args.solutions, args.translations, root)
     else:
         statuses = [
             catalog_status(read_catalog(catalogue_path(slug, args.lang, args.translations), args.lang), template,
                            slug, catalogue_path(slug, args.lang, args.translations))
-            for slug, template in _templates(args.slugs, args.solutions, args.lang, package)
+            for slug, template in _templates(args.slugs, args.solutions, args.lang, root)
         ]  # fmt: skip
     for status in statuses:
         print(("complete    " if status.complete else "incomplete  ") + status.summary())

@@ -7,7 +7,11 @@ memlab.plots' Hangul font):
   `memlab.i18n.use("ko")`), and a translation that drops an f-string's field is refused, naming the cell;
 - ko/lessons/ is the nbgrader render of ko/solutions/, byte for byte, and the English build is unchanged;
 - no markdown cell of a built Korean notebook is English prose (lessons without a complete catalogue: skipped);
-- memlab.i18n.use("ko") makes memlab's messages Korean; a Korean figure renders without missing glyphs.
+- memlab.i18n.use("ko") makes memlab's messages and the check kit's Korean; a Korean figure renders without
+  missing glyphs.
+
+Every Korean solution is executed and graded (and every Korean learner version graded to 0) by the grading round
+trip, tests/test_grading_roundtrip.py: demonstrations left out in the full tier, every cell run in CI's drift check.
 
 The build is tested on a copy of the fixture lesson with a small catalogue made here; the real catalogues are
 filled by translators.
@@ -465,19 +469,20 @@ def test_needs_and_name_error_speak_korean():
     assert "`undefined_name_here`: 정의되지 않았습니다" in line
 
 
-def test_memlab_catalogue_is_complete_compiled_and_keeps_fields():
-    status = tr.memlab_status(ROOT / "translations")
+@pytest.mark.parametrize("domain", tr.CODE_CATALOGUES)
+def test_code_catalogue_is_complete_compiled_and_keeps_fields(domain):
+    status = tr.code_status(domain, ROOT / "translations")
     assert status.complete, (
-        f"{status.summary()}: python scripts/translations.py extract memlab, then translate"
+        f"{status.summary()}: python scripts/translations.py extract {domain}, then translate"
     )
-    catalog = tr.read_catalog(tr.catalogue_path(tr.MEMLAB))
+    catalog = tr.read_catalog(tr.catalogue_path(domain))
     for message in catalog:
         if message.id:
             assert tr.fields(repr(message.id)) == tr.fields(repr(message.string)), message.id
-    compiled = ROOT / "memlab" / "locale" / "ko" / "LC_MESSAGES" / "memlab.mo"
+    compiled = ROOT / domain / "locale" / "ko" / "LC_MESSAGES" / f"{domain}.mo"
     shipped = tr.mo_messages(compiled.read_bytes())
-    assert shipped == tr.mo_messages(tr.compiled_messages(ROOT / "translations")), (
-        "memlab/locale is out of date: run python scripts/build_lessons.py"
+    assert shipped == tr.mo_messages(tr.compiled_messages(ROOT / "translations", "ko", domain)), (
+        f"{domain}/locale is out of date: run python scripts/build_lessons.py"
     )
     assert len(shipped) == status.messages
 
@@ -537,18 +542,6 @@ def test_korean_fixture_solution_executes_in_korean(built):
     assert nb.cells[2].outputs[0]["text"] == "ko 오프라인\n"
     assert nb.cells[1].outputs[0]["text"].startswith("오늘은 ")
     assert nb.cells[10].outputs[0]["text"] == "add(2, 3)의 값은 5입니다\n"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("slug", lesson_slugs())
-def test_korean_solution_executes(slug, tmp_path):
-    """Every built Korean solution runs without an error (in a copy: lesson 08 writes its run next to it)."""
-    from nbclient import NotebookClient
-
-    source = _edition(slug)
-    shutil.copytree(source.parent, tmp_path / slug)
-    nb = nbformat.read(tmp_path / slug / source.name, as_version=4)
-    NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(tmp_path / slug)}}).execute()
 
 
 def test_relative_links_still_name_the_same_file_from_the_deeper_edition_folder():
