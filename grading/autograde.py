@@ -334,6 +334,7 @@ def _make_judge_checks():
                 memory_gb=settings.memory_gb,
                 threads=settings.threads,
                 isolate=settings.isolate,
+                language=source_language(source),
             )
             request.source_dir = source_dir
             verdicts = run_judge(request, self.judge_timeout)
@@ -359,6 +360,13 @@ def lesson_source(config, info: dict):
     folder = Path(coursedir.format_path(coursedir.source_directory, ".", info.get("assignment", "")))
     path = folder / f"{info.get('notebook', '')}.ipynb"
     return str(folder), (nbformat.read(path, as_version=4) if path.is_file() else None)
+
+
+def source_language(source) -> str:
+    """The language of the lesson's source notebook (its metadata `memlab.language`, which the Korean edition's build
+    writes; English without it): the judge speaks it. Read from the course's source, never from the submission."""
+    language = ((source.metadata.get("memlab") or {}).get("language") if source is not None else None) or "en"
+    return language if isinstance(language, str) else "en"
 
 
 def verdict_outputs(verdict, errors: list) -> list:

@@ -10,7 +10,10 @@ Nothing under SUBMISSIONS_DIR or in this repository is written.
 
 1. A run folder (temporary, or --keep DIR) gets an nbgrader course made from the lessons' solutions/ folders
    (`generate_assignment` records every graded cell in a gradebook) and a copy of the kit the sandboxes import
-   (memlab, autograders without its grading references).
+   (memlab, autograders without its grading references). A submission made from a translated edition (its
+   notebook's metadata says `memlab.language: ko`) is graded against that edition's sources (ko/solutions/, next
+   to solutions/) in a second course, course-ko: the same checks, cases and points, its messages in Korean; its
+   row is the same as any other, with a note naming the edition.
 2. Each (student, lesson) is graded by its own process, grading/worker.py, `--jobs` at a time: nbgrader's own
    autograde with the course's nbgrader_config.py (grading/autograde.py): the kernel runs sandboxed and only
    collects what the learner's code returns; a judge process that never runs submitted code decides every check.
@@ -53,12 +56,15 @@ from grading.course import (
     ROOT,
     CourseError,
     copy_regular_files,
+    editions,
     graded_cells,
     lesson_dirs,
     load_config,
     prepare_course,
 )
+from grading.submission import declared_language
 from grading.types import Result, Task
+from memlab.i18n import ENGLISH
 
 FIXED_COLUMNS_END = ["total", "max", "needs_manual", "flags", "notes"]
 DEFAULT_MEMORY_GB = 8.0
@@ -258,7 +264,8 @@ def print_summary(rows: list[dict]) -> None:
 
 
 def import_into_gradebook(course: Path, student: str, sid: str, lesson: str, result: Result) -> None:
-    """Put a worker's autograded notebook into the run's main gradebook (formgrader reads it)."""
+    """Put a worker's autograded notebook into the gradebook of the course it was graded in (course, or course-ko for
+    the Korean edition): formgrader reads it there."""
     import nbformat
     from nbgrader.api import Gradebook
     from nbgrader.preprocessors import SaveAutoGrades
@@ -439,11 +446,26 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     with run_folder(args.keep) as run:
+        # each submission is graded against the edition it was made from (English, or ko/solutions/ for one whose
+        # notebook says it is Korean): one nbgrader course per edition in use, English first
+        sources = editions(solutions)
+        chosen = {}
+        for _, student in indexed:
+            for slug in lessons:
+                language = declared_language(submissions / student / slug, slug)
+                has_lesson = language in sources and (sources[language] / slug).is_dir()
+                chosen[(student, slug)] = language if has_lesson else ENGLISH
+        courses = {}
         try:
-            course = prepare_course(run, solutions, lessons)
+            for language in [ENGLISH, *sorted(set(chosen.values()) - {ENGLISH})]:
+                name = "course" if language == ENGLISH else f"course-{language}"
+                courses[language] = prepare_course(run, sources[language], lessons if language == ENGLISH else
+                                                   sorted({s for (_, s), lang in chosen.items() if lang == language}),
+                                                   name)  # fmt: skip
         except CourseError as error:
             print(f"grade.py: error: {error}", file=sys.stderr)
             return 1
+        course = courses[ENGLISH]
         kit = prepare_kit(run / "kit")
         cells = {slug: graded_cells(course / "solutions" / slug) for slug in lessons}
         if timeout is None:
@@ -465,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
                         student_id=sid,
                         lesson=slug,
                         submission=str(submissions / student / slug),
-                        template=str(course),
+                        template=str(courses[chosen[(student, slug)]]),
                         work_dir=str(work),
                         kit_dir=str(kit),
                         timeout=timeout,
@@ -483,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
                 for future in as_completed(futures):
                     task = futures[future]
                     result = future.result()
-                    result.notes = _student_notes(task.student) + result.notes
+                    edition = chosen[(task.student, task.lesson)]
+                    result.notes = _student_notes(task.student) + _edition_notes(edition) + result.notes
                     results[(task.student, task.lesson)] = (task, result)
                     row = make_row(task.student, task.lesson, cells[task.lesson], result)
                     writer.append(row)
@@ -503,11 +526,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.keep is not None:
             for (student, slug), (task, result) in sorted(results.items()):
                 if result.autograded:
-                    import_into_gradebook(course, student, task.student_id, slug, result)
+                    import_into_gradebook(Path(task.template), student, task.student_id, slug, result)
     totals = write_totals(out, rows)
     print_summary(rows)
     print(f"wrote {out} and {totals}", file=sys.stderr)
     return 0
+
+
+def _edition_notes(language: str) -> list[str]:
+    return [] if language == ENGLISH else [f"graded against the {language} edition ({language}/solutions/)"]
 
 
 def _student_notes(student: str) -> list[str]:

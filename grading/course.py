@@ -71,9 +71,9 @@ def nbgrader_api(course: Path, **settings):
     return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
 
 
-def prepare_course(run: Path, solutions: Path, lessons: list[str]) -> Path:
-    """An nbgrader course in run/course with the lessons' sources and a gradebook that knows every graded cell."""
-    course = run / "course"
+def prepare_course(run: Path, solutions: Path, lessons: list[str], name: str = "course") -> Path:
+    """An nbgrader course in run/`name` with the lessons' sources and a gradebook that knows every graded cell."""
+    course = run / name
     course.mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
     for slug in lessons:
@@ -87,6 +87,19 @@ def prepare_course(run: Path, solutions: Path, lessons: list[str]) -> Path:
                 f"nbgrader generate_assignment {slug} failed:\n{result.get('error') or result.get('log')}"
             )
     return course
+
+
+def editions(solutions: Path) -> dict[str, Path]:
+    """{language: its solutions folder}: English is `solutions` itself; a translated edition is the folder
+    <solutions' parent>/<language>/solutions/ that scripts/build_lessons.py writes (ko/solutions/), where it exists."""
+    from memlab.i18n import ENGLISH, LANGUAGES
+
+    found = {ENGLISH: solutions}
+    for language in LANGUAGES:
+        folder = solutions.parent / language / "solutions"
+        if language != ENGLISH and lesson_dirs(folder):
+            found[language] = folder
+    return found
 
 
 def copy_regular_files(src: Path, dest: Path) -> None:

@@ -42,6 +42,9 @@ class JudgeRequest:
     memory_gb: float = 8.0
     threads: int = 0
     isolate: bool = True
+    language: str = (
+        "en"  # the lesson's (its source notebook's metadata): the language of the verdicts' messages
+    )
 
     def to_data(self) -> dict:
         return dataclasses.asdict(self)
@@ -158,11 +161,9 @@ def judge_cell(cell: CellRequest, request: JudgeRequest) -> CellVerdict:
     ):  # the check passed, but something else in its cell failed (a hidden test)
         return CellVerdict(cell.grade_id, False, cell.error, ename="Error", kernel_error=True)
     if verdict.passed:
-        line = f"✓ {declared.name}: {verdict.cases} case{'s' if verdict.cases != 1 else ''} passed"
+        line = kit.success_line(declared.name, verdict.cases)
         return CellVerdict(cell.grade_id, True, line, fingerprint=verdict.fingerprint)
-    flag = ""
-    if "does not match it" in verdict.message or "is of another check" in verdict.message:
-        flag = f"{cell.grade_id}: {verdict.message}"
+    flag = f"{cell.grade_id}: {verdict.message}" if verdict.forged else ""
     ename = "NotGradedHere" if verdict.not_graded else "CheckFailed"
     return CellVerdict(
         cell.grade_id, False, verdict.message, ename=ename, flag=flag, fingerprint=verdict.fingerprint
@@ -171,8 +172,12 @@ def judge_cell(cell: CellRequest, request: JudgeRequest) -> CellVerdict:
 
 def judge_all(request: JudgeRequest) -> JudgeReply:
     from autograders import kit
+    from memlab import i18n
 
     kit._SEED = request.seed  # the drawn cases of this student (the kit is the course's own, in this process)
+    language = request.language if request.language in i18n.LANGUAGES else i18n.ENGLISH
+    if language != i18n.language():  # the verdicts' messages in the lesson's language
+        i18n.use(language)
     verdicts = []
     for cell in request.cells:
         try:

@@ -74,6 +74,20 @@ def read_submission(folder: Path, slug: str):
     return nb, notes
 
 
+def declared_language(folder: Path, slug: str) -> str:
+    """The language of the edition the submission was made from (its notebook metadata `memlab.language`, written
+    by the build of a translated edition), "en" when it says none or cannot be read (the worker then says why). It
+    only chooses which of the course's own sources the submission is graded against: the checks, cases and points
+    are the same in every edition, so a false claim gains nothing."""
+    try:
+        nb, _ = read_submission(folder, slug)
+    except Refused:
+        return "en"
+    meta = nb.get("metadata", {}).get("memlab")
+    language = meta.get("language") if isinstance(meta, dict) else None
+    return language if isinstance(language, str) else "en"
+
+
 def missing_note(folder: Path, slug: str) -> str:
     if not folder.is_dir():
         return f"missing: no {slug}/ folder"

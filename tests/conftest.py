@@ -67,6 +67,20 @@ def no_gpu(monkeypatch):
 #: cell may error: tests/test_grading_roundtrip.py), instead of once executed and once graded
 RUN_DEMONSTRATIONS = os.environ.get("MEMLAB_TEST_RUN_DEMONSTRATIONS") == "1"
 
+#: the students of the grading run: (edition, kind); "solved" hands in the solution, "blank" the learner version.
+#: A Korean student's notebook is the Korean edition's (ko/solutions/, ko/lessons/): grade.py grades it against that
+#: edition, in Korean. The full tier grades all four, demonstrations left out; nbval executes every English cell.
+#: The drift check (--run-demonstrations) grades the Korean solution with every cell run (its code is the English
+#: code, token for token: scripts/build_lessons.py checks it), so every Korean cell runs once per CI run and every
+#: English cell once (nbval), each lesson in each language executed in full once, and the blanks of both editions.
+STUDENTS = {
+    "solved": ("en", "solved"),
+    "blank": ("en", "blank"),
+    "ko-solved": ("ko", "solved"),
+    "ko-blank": ("ko", "blank"),
+}
+GRADED = ("ko-solved", "blank", "ko-blank") if RUN_DEMONSTRATIONS else tuple(STUDENTS)
+
 
 def _shared_tmp(tmp_path_factory) -> Path:
     """The temporary folder every xdist worker of this run shares (the run's own folder without xdist)."""
@@ -76,10 +90,11 @@ def _shared_tmp(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def real_grading(tmp_path_factory):
-    """scripts/grade.py on every lesson in solutions/ with two students: `solved` submits the solution notebook (and
-    lesson 08's run), `blank` the learner version (built from the same snapshot of solutions/). Kept: the CSV rows,
-    the nbgrader course with every submission (`course`; `autograded(student, lesson)` is the path of an autograded
-    notebook) and the script's output."""
+    """scripts/grade.py on every lesson in solutions/ with the students of `GRADED` (`STUDENTS`): `solved` submits
+    the solution notebook (and lesson 08's run), `blank` the learner version (built from the same snapshot of
+    solutions/), `ko-solved` and `ko-blank` the same from the Korean edition. Kept: the CSV rows (`row(student,
+    lesson)`, skipped for a student this run does not grade), the nbgrader courses with every submission (`courses`,
+    one per edition; `autograded(student, lesson)` is the path of an autograded notebook) and the script's output."""
     import fcntl
     import json
 
@@ -94,16 +109,33 @@ def real_grading(tmp_path_factory):
     if graded.get("skip"):
         pytest.skip(graded["skip"])
     assert graded["returncode"] == 0, f"scripts/grade.py failed:\n{graded['stdout']}\n{graded['stderr']}"
-    course = tmp / "course" / "course"
+    courses = {"en": tmp / "course" / "course", "ko": tmp / "course" / "course-ko"}
+
+    def graded_or_skip(student: str) -> None:
+        if student not in GRADED:
+            pytest.skip(f"{student} is not graded in this run (the drift check grades {', '.join(GRADED)})")
+
+    def autograded(student: str, slug: str) -> Path:
+        graded_or_skip(student)
+        course = courses[STUDENTS[student][0]]
+        return next((course / "autograded").glob(f"s*-{student}/{slug}/{slug}.ipynb"))
+
+    def row(student: str, slug: str) -> dict:
+        from nbgrader_pipeline import row_for
+
+        graded_or_skip(student)
+        return row_for(graded["rows"], student, slug)
+
     return SimpleNamespace(
         run_demonstrations=RUN_DEMONSTRATIONS,
         slugs=graded["slugs"],
         solutions=tmp / "solutions",
+        editions={"en": tmp / "solutions", "ko": tmp / "ko" / "solutions"},
         rows=graded["rows"],
-        course=course,
-        autograded=lambda student, slug: next(
-            (course / "autograded").glob(f"s*-{student}/{slug}/{slug}.ipynb")
-        ),
+        row=row,
+        course=courses["en"],
+        courses=courses,
+        autograded=autograded,
         stdout=graded["stdout"],
         stderr=graded["stderr"],
     )
@@ -119,22 +151,29 @@ def _grade_real_lessons(tmp: Path) -> dict:
     slugs = lesson_slugs()
     if not slugs:
         return {"skip": "no lesson in solutions/ yet"}
-    snapshot = tmp / "solutions"  # lessons are being edited while tests run: grade exactly what was built
+    # lessons are being edited while tests run: grade exactly what was built (the Korean edition next to the English
+    # one, where grade.py looks for it)
+    snapshots = {"en": tmp / "solutions", "ko": tmp / "ko" / "solutions"}
+    ignore = shutil.ignore_patterns(".ipynb_checkpoints", *HANDED_IN)
     for slug in slugs:
-        shutil.copytree(
-            SOLUTIONS / slug, snapshot / slug, ignore=shutil.ignore_patterns(".ipynb_checkpoints", *HANDED_IN)
-        )
-    released = build_lessons.render(snapshot)
+        shutil.copytree(SOLUTIONS / slug, snapshots["en"] / slug, ignore=ignore)
+        shutil.copytree(SOLUTIONS.parent / "ko" / "solutions" / slug, snapshots["ko"] / slug, ignore=ignore)
+    released = {edition: build_lessons.render(folder) for edition, folder in snapshots.items()}
+    snapshot = snapshots["en"]
     submissions = tmp / "submissions"
-    for slug in slugs:
-        (submissions / "solved" / slug).mkdir(parents=True)
-        shutil.copy(snapshot / slug / f"{slug}.ipynb", submissions / "solved" / slug / f"{slug}.ipynb")
-        hand_in(
-            slug, submissions / "solved" / slug
-        )  # lesson 08: the run the solution trained, handed in with it
-        (submissions / "blank" / slug).mkdir(parents=True)
-        (submissions / "blank" / slug / f"{slug}.ipynb").write_bytes(released[f"{slug}/{slug}.ipynb"])
-    if "02-numeric-formats" in slugs:  # a learner whose ulp calls the grader's own reference implementation
+    for student in GRADED:
+        edition, kind = STUDENTS[student]
+        for slug in slugs:
+            folder = submissions / student / slug
+            folder.mkdir(parents=True)
+            if kind == "solved":
+                shutil.copy(snapshots[edition] / slug / f"{slug}.ipynb", folder / f"{slug}.ipynb")
+                hand_in(slug, folder)  # lesson 08: the run the solution trained, handed in with it
+            else:
+                (folder / f"{slug}.ipynb").write_bytes(released[edition][f"{slug}/{slug}.ipynb"])
+    if (
+        "02-numeric-formats" in slugs and not RUN_DEMONSTRATIONS
+    ):  # a learner whose ulp calls the grader's own reference implementation
         import nbformat
 
         nb = nbformat.read(snapshot / "02-numeric-formats" / "02-numeric-formats.ipynb", as_version=4)

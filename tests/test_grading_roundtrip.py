@@ -1,22 +1,28 @@
 """The nbgrader round trip on the real lessons, through scripts/grade.py: for every lesson in
 solutions/, the solution notebook submitted as is gets every autograded point, except the cells whose check needs
 hardware this machine lacks (NotGradedHere, said in the notes), and its written answer waits for a human; the blank
-learner version gets 0 and "no answer written".
+learner version gets 0 and "no answer written". The same holds in the Korean edition (ko/solutions/, ko/lessons/),
+graded against its own sources in the same run, with the same CSV columns, and its verdicts are in Korean.
 
 The grading run is the `real_grading` fixture in conftest.py, shared with test_learner_versions.py.
 """
 
 from __future__ import annotations
 
+import re
+
 import nbformat
 import pytest
 from nbgrader_pipeline import graded_cells, lesson_slugs, row_for
 
 from grading.demonstrations import SKIPPED, tagged_sources
-from grading.submission import is_test_cell
+from grading.submission import grade_id, is_test_cell
 
 SLUGS = lesson_slugs()
 pytestmark = pytest.mark.slow
+SOLVED = ("solved", "ko-solved")
+BLANK = ("blank", "ko-blank")
+HANGUL = re.compile("[가-힣]")
 
 
 def _split(slug, solutions):
@@ -26,10 +32,11 @@ def _split(slug, solutions):
     return auto, manual
 
 
+@pytest.mark.parametrize("student", SOLVED)
 @pytest.mark.parametrize("slug", SLUGS)
-def test_solution_gets_full_points(real_grading, slug):
+def test_solution_gets_full_points(real_grading, slug, student):
     auto, manual = _split(slug, real_grading.solutions)
-    row = row_for(real_grading.rows, "solved", slug)
+    row = real_grading.row(student, slug)
     not_graded_here = [g for g in auto if f"{g}: NotGradedHere" in row["notes"]]
     lost = {g: float(row[g]) for g in auto if float(row[g]) != auto[g] and g not in not_graded_here}
     assert not lost, f"{slug}: the solution lost points: {lost}; notes: {row['notes']}"
@@ -41,13 +48,17 @@ def test_solution_gets_full_points(real_grading, slug):
     assert row["flags"] == "", row["flags"]  # the course's own solution trips no tampering detector
 
 
+@pytest.mark.parametrize("student", SOLVED)
 @pytest.mark.parametrize("slug", SLUGS)
-def test_every_cell_of_the_solution_ran_without_an_error_or_was_left_out_as_tagged(real_grading, slug):
+def test_every_cell_of_the_solution_ran_without_an_error_or_was_left_out_as_tagged(
+    real_grading, slug, student
+):
     """The solution's demonstrations tagged skip-when-grading were left out (commented out) unless the run was told
     to run them (CI's drift check: then every cell ran), and no lesson cell that ran has an error output (a check
     cell's output is its verdict, an error where its check needs a GPU: test_solution_gets_full_points reads those)."""
-    nb = nbformat.read(real_grading.autograded("solved", slug), as_version=4)
-    source = nbformat.read(real_grading.solutions / slug / f"{slug}.ipynb", as_version=4)
+    nb = nbformat.read(real_grading.autograded(student, slug), as_version=4)
+    edition = real_grading.editions["ko" if student.startswith("ko-") else "en"]
+    source = nbformat.read(edition / slug / f"{slug}.ipynb", as_version=4)
     tagged = tagged_sources(source)
     skipped = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(SKIPPED)]
     assert len(skipped) == (0 if real_grading.run_demonstrations else len(tagged))
@@ -61,10 +72,11 @@ def test_every_cell_of_the_solution_ran_without_an_error_or_was_left_out_as_tagg
     assert not errors, f"{slug}: cells of the solution errored when graded: {errors}"
 
 
+@pytest.mark.parametrize("student", BLANK)
 @pytest.mark.parametrize("slug", SLUGS)
-def test_learner_version_gets_zero(real_grading, slug):
+def test_learner_version_gets_zero(real_grading, slug, student):
     auto, manual = _split(slug, real_grading.solutions)
-    row = row_for(real_grading.rows, "blank", slug)
+    row = real_grading.row(student, slug)
     assert {g: float(row[g]) for g in [*auto, *manual]} == dict.fromkeys([*auto, *manual], 0.0), row["notes"]
     assert float(row["total"]) == 0 and float(row["max"]) == 12 and float(row["needs_manual"]) == 0
     assert all(f"{g}: " in row["notes"] for g in auto)  # each lost cell says why
@@ -76,17 +88,37 @@ def test_learner_version_gets_zero(real_grading, slug):
 def test_csv_agrees_with_the_gradebook(real_grading, slug):
     from nbgrader.api import Gradebook
 
-    with Gradebook("sqlite:///" + str(real_grading.course / "gradebook.db")) as gradebook:
-        for student in ("solved", "blank"):
-            (record,) = [s for s in gradebook.students if s.first_name == student]
-            submission = gradebook.find_submission(slug, record.id)
-            row = row_for(real_grading.rows, student, slug)
-            assert (float(row["total"]), float(row["max"])) == (submission.score, submission.max_score)
+    for edition, course in real_grading.courses.items():
+        if not course.is_dir():
+            continue
+        with Gradebook("sqlite:///" + str(course / "gradebook.db")) as gradebook:
+            students = [s.first_name for s in gradebook.students]
+            for student in [s for s in (*SOLVED, *BLANK) if s in students]:
+                (record,) = [s for s in gradebook.students if s.first_name == student]
+                submission = gradebook.find_submission(slug, record.id)
+                row = real_grading.row(student, slug)
+                assert (float(row["total"]), float(row["max"])) == (submission.score, submission.max_score)
+                assert ("graded against the ko edition" in row["notes"]) == (edition == "ko")
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_korean_submissions_get_korean_verdicts(real_grading, slug):
+    """Every check cell of a Korean submission shows its verdict in Korean: the ✓ line of the solution (where its
+    check runs here) and the reason the blank one lost the cell."""
+    for student in ("ko-solved", "ko-blank"):
+        nb = nbformat.read(real_grading.autograded(student, slug), as_version=4)
+        for cell in [c for c in nb.cells if is_test_cell(c)]:
+            text = "".join(o.get("text", "") + o.get("evalue", "") for o in cell.get("outputs", []))
+            if "NotGradedHere" in str(cell.get("outputs")) and student == "ko-solved":
+                continue  # its check needs a GPU: the reason is the hardware's line
+            assert HANGUL.search(text), f"{student} {slug} {grade_id(cell)}: not in Korean: {text[:300]!r}"
 
 
 @pytest.mark.skipif("02-numeric-formats" not in SLUGS, reason="lesson 02 is not written")
 def test_the_graders_reference_implementation_does_not_exist_in_the_kernel(real_grading):
     """The grading references are not in the sandbox's copy of the kit: a learner cannot call them."""
+    if real_grading.run_demonstrations:
+        pytest.skip("the drift check grades the solutions and the blanks only")
     row = row_for(real_grading.rows, "reference_caller", "02-numeric-formats")
     assert float(row["e4_ulp_check"]) == 0
     assert "No module named 'autograders.references'" in row["notes"]
