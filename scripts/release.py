@@ -9,12 +9,13 @@ give learners OUT_DIR instead (or OUT_DIR.zip with --zip). It holds:
 
     lessons/NN-slug/...      the learner versions, generated now from solutions/ (no solutions, no hidden tests,
                              no model answers of the written questions)
+    ko/lessons/NN-slug/...   the Korean edition's learner versions, generated now from ko/solutions/ the same way
     memlab/, autograders/    the toolkit and the checks, without autograders/references/ (the checks' public cases
                              compare with the stored values in autograders/data/)
     grading/                 the grader's code (no secret in it: without the references it cannot grade drawn cases)
     jupyter-config/learner/  the learner's JupyterLab view, installed by pyproject.toml
-    README.md                the learner part of this README (install, open, what you see)
-    requirements.txt, environment.yml, pyproject.toml
+    README.md, README.ko.md  the learner part of this README and of the Korean one (install, open, what you see)
+    requirements.txt, requirements-ko.txt, environment.yml, pyproject.toml
     RELEASE.json             the commit it was built from and a SHA-256 of every file
 
 Nothing else: no solutions/, tests/, scripts/, results/, .ci/. tests/test_release.py builds one and checks it.
@@ -33,7 +34,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_lessons import ROOT, render  # noqa: E402
 
-COPIED = ["requirements.txt", "environment.yml", "pyproject.toml"]
+COPIED = ["requirements.txt", "requirements-ko.txt", "environment.yml", "pyproject.toml"]
+#: the translated editions' sources (scripts/build_lessons.py writes them): their learner versions are released too
+EDITIONS = {"ko": ROOT / "ko" / "solutions"}
+READMES = ("README.md", "README.ko.md")
 PACKAGES = ["memlab", "autograders", "grading"]  # pyproject.toml installs all three
 NEVER = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "references")
 README_END = "<!-- the learner release's README ends here -->"
@@ -55,12 +59,21 @@ def build(out: Path) -> list[str]:
         target = out / "lessons" / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
+    for language, solutions in EDITIONS.items():
+        if not solutions.is_dir():
+            continue
+        for relative, data in render(solutions).items():
+            target = out / language / "lessons" / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
     for package in PACKAGES:
         shutil.copytree(ROOT / package, out / package, ignore=NEVER)
     shutil.copytree(ROOT / "jupyter-config" / "learner", out / "jupyter-config" / "learner", ignore=NEVER)
     for name in COPIED:
         shutil.copy(ROOT / name, out / name)
-    (out / "README.md").write_text(learner_readme((ROOT / "README.md").read_text()))
+    for name in READMES:
+        if (ROOT / name).is_file():
+            (out / name).write_text(learner_readme((ROOT / name).read_text()))
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     commit = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True

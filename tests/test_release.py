@@ -7,6 +7,7 @@ with stored values), and under strict grading they say that grading needs the in
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -32,19 +33,25 @@ def release(tmp_path_factory):
 def test_it_holds_the_lessons_the_toolkit_and_the_checks(release):
     top = sorted(p.name for p in release.iterdir())
     assert top == [
+        "README.ko.md",
         "README.md",
         "RELEASE.json",
         "autograders",
         "environment.yml",
         "grading",
         "jupyter-config",
+        "ko",
         "lessons",
         "memlab",
         "pyproject.toml",
+        "requirements-ko.txt",
         "requirements.txt",
     ]
     for slug in lesson_slugs():
         assert (release / "lessons" / slug / f"{slug}.ipynb").is_file()
+        korean = release / "ko" / "lessons" / slug / f"{slug}.ipynb"
+        assert nbformat.read(korean, as_version=4).metadata["memlab"] == {"language": "ko"}
+    assert (release / "autograders" / "locale" / "ko" / "LC_MESSAGES" / "autograders.mo").is_file()
     assert (release / "autograders" / "kit.py").is_file() and (release / "autograders" / "data").is_dir()
     assert release.with_suffix(".zip").is_file()
     manifest = json.loads((release / "RELEASE.json").read_text())
@@ -63,9 +70,14 @@ def test_nothing_that_gives_answers_away(release):
         text = path.read_text()
         for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "BEGIN MARK SCHEME", "Rubric"):
             assert marker not in text, (path, marker)
-    for slug in lesson_slugs():  # no line of a solution that the lesson does not also show elsewhere
-        source = nbformat.read(SOLUTIONS / slug / f"{slug}.ipynb", as_version=4)
-        released = nbformat.read(release / "lessons" / slug / f"{slug}.ipynb", as_version=4)
+    editions = [
+        (SOLUTIONS, release / "lessons"),
+        (SOLUTIONS.parent / "ko" / "solutions", release / "ko" / "lessons"),
+    ]
+    for (solutions, lessons), slug in itertools.product(editions, lesson_slugs()):
+        # no line of a solution that the lesson does not also show elsewhere
+        source = nbformat.read(solutions / slug / f"{slug}.ipynb", as_version=4)
+        released = nbformat.read(lessons / slug / f"{slug}.ipynb", as_version=4)
         released_text = "\n".join(cell.source for cell in released.cells)
         shown = "\n".join(
             c.source for c in source.cells if not c.metadata.get("nbgrader", {}).get("solution")
@@ -81,6 +93,8 @@ def test_nothing_that_gives_answers_away(release):
     assert (
         "git clone" not in readme and "Grade submissions" not in readme and "jupyter lab lessons/" in readme
     )
+    korean = (release / "README.ko.md").read_text()
+    assert "git clone" not in korean and "scripts/grade.py" not in korean and "ko/lessons" in korean
 
 
 def _run_in_release(release, code: str, **env) -> subprocess.CompletedProcess:
