@@ -12,8 +12,14 @@ Every formula names its source. The conventions differ on what they count; lesso
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
+import sys
+import tempfile
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -212,6 +218,76 @@ def simulate_layer_stack(
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
+# ---- the simulations' disk cache ------------------------------------------------------------------------------------
+
+#: the folder of the disk cache of the 7B simulations; "off" switches it off. Default: $XDG_CACHE_HOME/memlab (or
+#: ~/.cache/memlab)/simulations. A grading sandbox has its own empty home, so a submission never reads or writes the
+#: grader's; the grader's judge reads what the grader's own processes wrote.
+CACHE_ENV = "MEMLAB_SIMULATION_CACHE"
+
+
+def simulation_cache() -> Path | None:
+    """The folder of the simulations' disk cache (None when switched off)."""
+    setting = os.environ.get(CACHE_ENV, "")
+    if setting.lower() == "off":
+        return None
+    if setting:
+        return Path(setting)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "memlab" / "simulations"
+
+
+@functools.cache
+def _code_key() -> str:
+    """What a cached simulation depends on besides its arguments: the versions of torch, transformers and peft and
+    the source of the simulator and the models it builds."""
+    import importlib.metadata as metadata
+
+    from memlab import measure, models
+
+    parts = [f"{name} {metadata.version(name)}" for name in ("torch", "transformers", "peft")]
+    parts += [Path(module.__file__).read_text() for module in (sys.modules[__name__], measure, models)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _cache_path(name: str, args: tuple) -> Path | None:
+    folder = simulation_cache()
+    if folder is None:
+        return None
+    key = hashlib.sha256(json.dumps([name, list(args), _code_key()]).encode()).hexdigest()
+    return folder / f"{name}-{key[:32]}.json"
+
+
+def _read_cached(name: str, args: tuple) -> LoraStepPeak | None:
+    path = _cache_path(name, args)
+    try:
+        data = json.loads(path.read_text()) if path is not None and path.is_file() else None
+        if data is None:
+            return None
+        result = LoraStepPeak(
+            int(data["peak_bytes"]),
+            str(data["peak_op"]),
+            tuple((str(k), int(v)) for k, v in data["by_category"]),
+            int(data["per_layer_bytes"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # unreadable or malformed: simulate again (and write it anew)
+    return result
+
+
+def _write_cached(name: str, args: tuple, result: LoraStepPeak) -> None:
+    path = _cache_path(name, args)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as out:
+            json.dump({"args": list(args), **result._asdict()}, out)
+        os.replace(out.name, path)  # atomic: a reader sees the whole file or none
+    except OSError:
+        pass  # a read-only or missing home (a sandbox): the simulation is simply not kept
+
+
 class LoraStepPeak(NamedTuple):
     """What `simulate_7b_lora_step` found: the step's peak, the operator at it, and the bytes at it by category."""
 
@@ -245,8 +321,21 @@ def simulate_7b_lora_step(
 
     It runs `simulate_layer_stack` (two shallow simulations, exact for `layers` identical layers): about a second on a
     laptop, allocating nothing. Results are cached by argument, and immutable, so that a plan search and its check
-    can share them.
+    can share them: in this process, and on disk (`simulation_cache`) for the next process on this machine with the
+    same torch, transformers, peft and simulator code.
     """
+    args = (seq, micro_batch, checkpointing, rank, tuple(targets), attn_implementation, layers)
+    cached = _read_cached("simulate_7b_lora_step", args)
+    if cached is not None:
+        return cached
+    result = _simulate_7b_lora_step(*args)
+    _write_cached("simulate_7b_lora_step", args, result)
+    return result
+
+
+def _simulate_7b_lora_step(
+    seq, micro_batch, checkpointing, rank, targets, attn_implementation, layers
+) -> LoraStepPeak:
     from peft import LoraConfig, get_peft_model
 
     from memlab.models import build_model, llama2_7b_config

@@ -206,6 +206,24 @@ def _grade_real_lessons(tmp: Path) -> dict:
     }
 
 
+# ---- the 7B simulations' disk cache: one per test run -------------------------------------------------------------
+
+
+def pytest_configure(config):
+    """The simulations' disk cache (memlab.estimate.simulation_cache) of this run: a fresh folder, shared by the
+    xdist workers (started after this, they inherit the variable), the kernels nbval starts and the judges grading
+    starts; never the machine's own cache, so that no test depends on what an earlier run left there."""
+    import atexit
+    import tempfile
+
+    from memlab.estimate import CACHE_ENV
+
+    if CACHE_ENV not in os.environ and not hasattr(config, "workerinput"):
+        folder = tempfile.mkdtemp(prefix="memlab-simulations-")
+        os.environ[CACHE_ENV] = folder
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
 # ---- tiers: `-m "not slow"` is the fast tier (README, Develop) ----------------------------------------------------
 
 

@@ -201,3 +201,41 @@ def test_the_7b_lora_simulation_uses_the_attention_transformers_builds_by_defaul
     scores = 3 * 32 * 1024 * 1024 * (4 + 2)  # per layer: the fp32 softmax and its bf16 copy, b·heads·s·s each
     # sdpa keeps its output and a log-sum-exp per row in their place: a few per cent of the scores at this length
     assert 0.9 * scores <= eager.peak_bytes - sdpa.peak_bytes <= scores
+
+
+def test_a_simulation_is_kept_on_disk_for_the_next_process(monkeypatch, tmp_path):
+    """The 7B simulation's result is written to the disk cache and read back instead of simulating again; a damaged
+    file is simulated again and rewritten; "off" keeps nothing."""
+    monkeypatch.setenv(estimate.CACHE_ENV, str(tmp_path))
+    args = (64, 1, True, 16, estimate.ATTENTION_PROJECTIONS, "sdpa", 1)
+    calls = []
+    fake = estimate.LoraStepPeak(123, "aten::mm", (("activations", 100), ("weights", 23)), 7)
+    monkeypatch.setattr(estimate, "_simulate_7b_lora_step", lambda *a: calls.append(a) or fake)
+    simulate = estimate.simulate_7b_lora_step.__wrapped__  # past the in-process cache
+
+    assert simulate(*args) == fake and len(calls) == 1
+    (kept,) = tmp_path.glob("simulate_7b_lora_step-*.json")
+    assert simulate(*args) == fake and len(calls) == 1  # read back, not simulated
+    assert simulate(128, *args[1:]) == fake and len(calls) == 2  # other arguments: another entry
+    kept.write_text('{"peak_bytes": "lots"')
+    assert simulate(*args) == fake and len(calls) == 3  # damaged: simulated again
+    assert simulate(*args) == fake and len(calls) == 3  # and rewritten
+    monkeypatch.setenv(estimate.CACHE_ENV, "off")
+    assert estimate.simulation_cache() is None
+    assert simulate(*args) == fake and len(calls) == 4
+
+
+def test_the_cache_key_holds_the_library_versions_and_the_simulator_code(monkeypatch, tmp_path):
+    monkeypatch.setenv(estimate.CACHE_ENV, str(tmp_path))
+    before = estimate._cache_path("simulate_7b_lora_step", (64, 1, True))
+    estimate._code_key.cache_clear()
+    import importlib.metadata as metadata
+
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: "0.0" if name == "peft" else real(name))
+    try:
+        assert estimate._cache_path("simulate_7b_lora_step", (64, 1, True)) != before
+    finally:
+        monkeypatch.setattr(metadata, "version", real)
+        estimate._code_key.cache_clear()
+    assert estimate._cache_path("simulate_7b_lora_step", (64, 1, True)) == before
