@@ -352,12 +352,22 @@ def markdown_differences(english: str, translated: str) -> tuple[list[str], list
 
 
 def prose_letters(text: str) -> str:
-    """The letters of a markdown cell's prose: without fenced code, code spans, math, link targets and HTML tags."""
+    """The letters of a markdown cell's prose: without fenced code, code spans, math, HTML tags, links (their text
+    too: the title of an English source is cited as it is) and emphasised spans with no Hangul in them (a cited
+    work's title, an English term)."""
     for pattern in (_FENCE, _CODE_SPAN, _MATH, _HTML):
         text = pattern.sub(" ", text)
-    text = re.sub(r"\]\([^)]*\)", "]", text)
+    text = re.sub(
+        r"!?\[([^\]]*)\]\([^)]*\)", lambda m: m.group(1) if _HANGUL.search(m.group(1)) else " ", text
+    )
     text = re.sub(r"https?://\S+", " ", text)
+    text = re.sub(
+        r"(\*{1,2}|_)([^*_\n]+)\1", lambda m: m.group(2) if _HANGUL.search(m.group(2)) else " ", text
+    )
     return "".join(ch for ch in text if ch.isalpha())
+
+
+_HANGUL = re.compile("[\uac00-\ud7a3]")
 
 
 def hangul_share(text: str) -> float | None:

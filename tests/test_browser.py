@@ -12,7 +12,10 @@ tests use the keyboard and the toolbar as a learner does, and read what the page
    "Success" and shows the failed check;
 4. every lesson as released: the Run menu's "Run All Cells" reaches the last cell (the cells that stop are tagged
    `raises-exception`), the stopped sections show the model solution's recorded outputs (lesson 07's figures), and
-   JupyterLab asks nothing about Jupyter news.
+   JupyterLab asks nothing about Jupyter news;
+5. the Korean edition of lesson 02 (ko/lessons/, served next to the English lessons): its setup cell speaks Korean,
+   the solved Exercise 2.1 passes with the Korean ✓ line, and the same wrong `decode` gets the check's message in
+   Korean, with no frame of the kit.
 
 Screenshots go to the test's tmp folder (paths printed; `pytest -s` shows them). Skipped, with the reason, where
 no browser can be had: chromium not installed (`apt-get install chromium`; MEMLAB_CHROMIUM=/path overrides
@@ -36,6 +39,9 @@ from lab_server import INSTRUCTOR_PLUGINS, REPO, running_lab
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 LESSONS, SOLUTIONS = REPO / "lessons", REPO / "solutions"
+KO_LESSONS, KO_SOLUTIONS = REPO / "ko" / "lessons", REPO / "ko" / "solutions"
+KOREAN = "ko"  # the Korean lessons' folder under the served root: ko/NN-slug/NN-slug.ipynb
+HANGUL = re.compile("[가-힣]")
 L02, L03, L07 = "02-numeric-formats", "03-amp-gradscaler", "07-fp8-transformer-engine"
 GPU_ONLY = "e4_measure_amp_step"  # Exercise 3.4: needs CUDA; this machine has none
 CHROMIUM_FLAGS = [
@@ -78,11 +84,17 @@ def _cells_by_grade_id(nb: dict) -> dict[str, dict]:
 
 
 def _solve(
-    slug: str, dest: Path, *, except_ids: tuple[str, ...] = (), only_ids: tuple[str, ...] | None = None
+    slug: str,
+    dest: Path,
+    *,
+    except_ids: tuple[str, ...] = (),
+    only_ids: tuple[str, ...] | None = None,
+    lessons: Path = LESSONS,
+    solutions: Path = SOLUTIONS,
 ):
     """The learner version of `slug` with solution cells copied in from solutions/ (all, or `only_ids`)."""
-    learner = json.loads((LESSONS / slug / f"{slug}.ipynb").read_text())
-    solution = _cells_by_grade_id(json.loads((SOLUTIONS / slug / f"{slug}.ipynb").read_text()))
+    learner = json.loads((lessons / slug / f"{slug}.ipynb").read_text())
+    solution = _cells_by_grade_id(json.loads((solutions / slug / f"{slug}.ipynb").read_text()))
     solved = []
     for grade_id, cell in _cells_by_grade_id(learner).items():
         if not cell["metadata"]["nbgrader"].get("solution") or grade_id in except_ids:
@@ -108,6 +120,12 @@ def lab(tmp_path_factory):
     assert _solve(L02, course / "lessons" / L02 / f"{L02}.ipynb", only_ids=("e1_decode",)) == ["e1_decode"]
     solved = _solve(L03, course / "lessons" / L03 / f"{L03}.ipynb", except_ids=(GPU_ONLY,))
     assert len(solved) >= 3, solved
+    korean = course / "lessons" / KOREAN / L02
+    korean.mkdir(parents=True)
+    korean_solved = _solve(
+        L02, korean / f"{L02}.ipynb", only_ids=("e1_decode",), lessons=KO_LESSONS, solutions=KO_SOLUTIONS
+    )
+    assert korean_solved == ["e1_decode"]
     with running_lab(course / "lessons", tmp / "work", cwd=course) as server:
         # the served copies: cell positions are read from them (lessons/ may be regenerated while tests run)
         yield SimpleNamespace(url=server.url, token=server.token, lessons=course / "lessons", server=server)
@@ -145,24 +163,26 @@ def page(browser):
 # ---- driving JupyterLab ------------------------------------------------------------------------------------------
 
 
-def open_notebook(page, lab, slug: str):
-    """Open lesson `slug` in a fresh workspace (?reset); wait until every cell is on the page (the default
-    windowing mode, contentVisibility, keeps them all in the DOM, so a cell's position is its index)."""
+def open_notebook(page, lab, slug: str, folder: str = ""):
+    """Open lesson `slug` (in `folder` of the served root: "ko" for the Korean edition) in a fresh workspace
+    (?reset); wait until every cell is on the page (the default windowing mode, contentVisibility, keeps them all in
+    the DOM, so a cell's position is its index)."""
     from playwright.sync_api import expect
 
-    page.goto(f"{lab.url}/lab/tree/{slug}/{slug}.ipynb?reset&token={lab.token}")
+    path = f"{folder}/{slug}" if folder else slug
+    page.goto(f"{lab.url}/lab/tree/{path}/{slug}.ipynb?reset&token={lab.token}")
     panel = page.locator(".jp-NotebookPanel:visible")
-    expect(panel.locator(".jp-Notebook .jp-Cell")).to_have_count(len(served_cells(lab, slug)))
+    expect(panel.locator(".jp-Notebook .jp-Cell")).to_have_count(len(served_cells(lab, slug, folder)))
     return panel
 
 
-def served_cells(lab, slug: str) -> list[dict]:
-    return json.loads((lab.lessons / slug / f"{slug}.ipynb").read_text())["cells"]
+def served_cells(lab, slug: str, folder: str = "") -> list[dict]:
+    return json.loads((lab.lessons / folder / slug / f"{slug}.ipynb").read_text())["cells"]
 
 
-def cell_index(lab, slug: str, pick) -> int:
+def cell_index(lab, slug: str, pick, folder: str = "") -> int:
     """The position of a cell in the served learner notebook, found by content or nbgrader metadata."""
-    return next(i for i, c in enumerate(served_cells(lab, slug)) if pick(c))
+    return next(i for i, c in enumerate(served_cells(lab, slug, folder)) if pick(c))
 
 
 def by_grade_id(grade_id: str):
@@ -244,6 +264,36 @@ def test_check_cells_in_the_browser(lab, page, tmp_path):
     for frame in KIT_FRAMES:
         assert frame not in message, f"{frame!r} is visible in the failed check's output:\n{message}"
     shot(page, tmp_path, "3-lesson02-wrong-answer")
+
+
+def test_a_korean_lesson_speaks_korean_in_the_browser(lab, page, tmp_path):
+    """The Korean edition's lesson 02: the setup cell's line, the ✓ line and a wrong answer's message in Korean."""
+    from playwright.sync_api import expect
+
+    panel = open_notebook(page, lab, L02, KOREAN)
+    index = lambda pick: cell_index(lab, L02, pick, KOREAN)  # noqa: E731
+    setup = run_cell(panel, index(setup_cell))
+    assert HANGUL.search(setup.locator(".jp-OutputArea").inner_text()), "the setup cell's line is not Korean"
+    solution = run_cell(panel, index(by_grade_id("e1_decode")))
+    check = run_cell(panel, index(by_grade_id("e1_decode_check")))
+    expect(check.locator(".jp-OutputArea")).to_contain_text(re.compile(r"✓ e1_decode: 케이스 \d+개 통과"))
+    shot(page, tmp_path, "6-ko-lesson02-check-passed")
+
+    solution.locator(".jp-InputArea-editor .cm-content").click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text(WRONG_DECODE)
+    expect(solution.locator(".jp-InputArea-editor")).to_contain_text("_decode_right")
+    page.keyboard.press("Shift+Enter")
+    expect(solution.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]:"), timeout=CELL_TIMEOUT_MS)
+    check = run_cell(panel, index(by_grade_id("e1_decode_check")))
+    output = check.locator(".jp-OutputArea")
+    expect(output).to_contain_text("CheckFailed")
+    message = output.inner_text()
+    print(f"check output: {message.strip()}")
+    assert "e1_decode: 케이스 " in message and "✓" not in message, message
+    for frame in KIT_FRAMES:
+        assert frame not in message, f"{frame!r} is visible in the failed check's output:\n{message}"
+    shot(page, tmp_path, "7-ko-lesson02-wrong-answer")
 
 
 def test_validate_button_reports_the_unsolved_gpu_exercise(lab, page, tmp_path):

@@ -411,6 +411,16 @@ def test_korean_markdown_is_not_english_prose(slug):
     assert not english, f"markdown cells of {slug} that read as English (under 40% Hangul letters): {english}"
 
 
+def test_cited_titles_and_links_do_not_count_as_prose():
+    """A reading list cites English titles as they are: only the Korean around them is prose."""
+    cell = (
+        "더 읽을거리: [Reducing Activation Recomputation in Large Transformer Models](https://arxiv.org/abs/2205.05198)"
+        ", *Training Compute-Optimal Large Language Models* (2022), [한국어 번역](https://example.org) **중요**"
+    )
+    assert tr.prose_letters(cell) == "더읽을거리한국어번역중요"
+    assert tr.hangul_share("This paragraph is English prose, with a [link](x) in it.") == 0.0
+
+
 @pytest.mark.parametrize("slug", lesson_slugs())
 def test_korean_code_differs_only_in_comments_and_strings(slug):
     korean = nbformat.read(_edition(slug), as_version=4)
