@@ -92,6 +92,7 @@ def rerun(call, request) -> tuple[list, str]:
             "kwargs": [list(k) for k in call.kwargs],
             "definitions": definitions(request.definitions),
             "source_dir": request.source_dir,
+            "language": request.language,
         }
     )
     argv = [sys.executable, "-P", "-m", "grading.rerun"]  # -P: the working directory is not put on sys.path
@@ -166,6 +167,12 @@ def main() -> int:
     signal.signal(signal.SIGALRM, _too_long)
 
     request = json.loads(sys.stdin.read())
+    if (
+        request.get("language", "en") != "en"
+    ):  # the check's messages in the lesson's language, as in its kernel
+        from memlab import i18n
+
+        i18n.use(request["language"])
     if request["source_dir"] and request["source_dir"] not in sys.path:
         sys.path.append(request["source_dir"])
     module = importlib.import_module(request["module"])

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 SOLVED = ("solved", "ko-solved")
 BLANK = ("blank", "ko-blank")
 HANGUL = re.compile("[가-힣]")
+HANDS_IN_A_RUN, COPY_CHECK = "08-capstone-7b-lora", "e3_graded_run_check"  # lesson 08: its run and its check
 
 
 def _split(slug, solutions):
@@ -45,7 +46,11 @@ def test_solution_gets_full_points(real_grading, slug, student):
     assert float(row["max"]) == 12 and float(row["needs_manual"]) == 2
     assert all(row[g] == "" and f"{g}: needs manual grading" in row["notes"] for g in manual)
     assert float(row["total"]) == 10 - sum(auto[g] for g in not_graded_here)
-    assert row["flags"] == "", row["flags"]  # the course's own solution trips no tampering detector
+    # the course's own solution trips no tampering detector; lesson 08's graded run, handed in by both solved
+    # students (the same fixture run), is flagged as the same work in each edition: copy detection spans editions
+    other = next((s for s in SOLVED if s != student and s in real_grading.graded), None)
+    copied = f"{COPY_CHECK}: bit for bit the same work as {other} (copied files, or the same code run with the same seeds)"
+    assert row["flags"] == (copied if slug == HANDS_IN_A_RUN and other else ""), row["flags"]
 
 
 @pytest.mark.parametrize("student", SOLVED)

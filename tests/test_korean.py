@@ -27,7 +27,15 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbgrader_pipeline import FIXTURE_SOLUTIONS, ROOT, SOLUTIONS, build_lessons, lesson_slugs
+from nbgrader_pipeline import (
+    FIXTURE_SOLUTIONS,
+    ROOT,
+    SOLUTIONS,
+    build_lessons,
+    lesson_slugs,
+    row_for,
+    run_grade,
+)
 
 import memlab.i18n as i18n
 import translations as tr
@@ -565,3 +573,57 @@ def test_relative_links_still_name_the_same_file_from_the_deeper_edition_folder(
     assert (
         (ROOT / "ko" / "solutions" / "05-accumulation" / "../../../memlab/distributed.py").resolve().is_file()
     )
+
+
+@pytest.mark.slow
+def test_a_class_of_both_editions_is_graded_each_against_its_own(built, tmp_path):
+    """grade.py on Korean and English notebooks of the same lesson: each graded against its edition's sources (the
+    Korean in the run's course-ko), the same columns and points, the Korean verdicts in Korean, a note naming the
+    edition; a Korean learner version gets zero."""
+    from nbgrader_pipeline import graded_cells
+
+    korean = built.parent / "ko"
+    subs = tmp_path / "subs"
+    for student, source in {
+        "ada": korean / "solutions" / SLUG,
+        "bob": built / SLUG,
+        "cho": korean / "lessons" / SLUG,
+    }.items():
+        (subs / student / SLUG).mkdir(parents=True)
+        shutil.copy(source / f"{SLUG}.ipynb", subs / student / SLUG / f"{SLUG}.ipynb")
+    proc, rows = run_grade(
+        subs,
+        tmp_path / "grades.csv",
+        "--solutions",
+        str(built),
+        "--keep",
+        str(tmp_path / "run"),
+        "--seed",
+        "5",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    auto = {g: p for g, p in graded_cells(built / SLUG / f"{SLUG}.ipynb").items() if g.endswith("_check")}
+    ada, bob, cho = (row_for(rows, s, SLUG) for s in ("ada", "bob", "cho"))
+    assert list(ada) == list(bob) == list(cho)
+    for row in (
+        ada,
+        bob,
+    ):  # every point but a GPU check's, which is not graded on this machine (in either edition)
+        here = {g: p for g, p in auto.items() if f"{g}: NotGradedHere" not in row["notes"]}
+        assert {g: float(row[g]) for g in here} == here and len(here) >= len(auto) - 1, row["notes"]
+    assert all(float(cho[g]) == 0 for g in auto) and float(cho["total"]) == 0
+    assert "graded against the ko edition" in ada["notes"] and "graded against the ko edition" in cho["notes"]
+    assert "edition" not in bob["notes"]
+
+    def check_outputs(course: str, student: str) -> str:
+        (path,) = (tmp_path / "run" / course / "autograded").glob(f"s*-{student}/{SLUG}/{SLUG}.ipynb")
+        nb = nbformat.read(path, as_version=4)
+        cells = [
+            c for c in nb.cells if (c.metadata.get("nbgrader") or {}).get("grade_id", "").endswith("_check")
+        ]
+        return "\n".join(o.get("text", "") + o.get("evalue", "") for c in cells for o in c.get("outputs", []))
+
+    assert "케이스" in check_outputs("course-ko", "ada") and "통과" in check_outputs("course-ko", "ada")
+    assert "cases passed" in check_outputs("course", "bob")
+    failed = check_outputs("course-ko", "cho")
+    assert "아직 작성되지 않았습니다" in failed and "not written yet" not in failed, failed
