@@ -29,6 +29,7 @@ TORCH_FORMATS = {
 }
 
 
+@pytest.mark.slow  # recomputes every stored value with the grading references (about 15 s): the full tier
 def test_the_stored_values_are_what_the_references_give():
     proc = subprocess.run(
         [sys.executable, str(SCRIPTS / "make_check_data.py"), "--check"],

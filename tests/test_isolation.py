@@ -350,6 +350,7 @@ def test_the_environment_is_the_sandboxes_own(kit_dir, workdir, monkeypatch):
     assert printed(proc) == [None, "collect", 5, "/tmp/home"]
 
 
+@pytest.mark.slow  # two sandboxed gloo ranks (about 10 s): the full tier
 def test_a_distributed_job_runs_inside_the_sandbox(kit_dir, workdir):
     """Lesson 05 starts 2 gloo processes with torchrun from the notebook (memlab.distributed): in a sandbox they
     must start, find memlab in the kit, rendezvous over the sandbox's own loopback and write into its /tmp."""
