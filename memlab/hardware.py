@@ -109,19 +109,22 @@ def unmet_requirements(
     info = gpu_info()
     if cuda or min_capability or min_gpu_gb:
         if info is None:
-            needs.append("a CUDA GPU" + _gpu_detail(min_capability, min_gpu_gb))
-            found.append("no CUDA GPU")
+            needs.append(_("a CUDA GPU") + _gpu_detail(min_capability, min_gpu_gb))
+            found.append(_("no CUDA GPU"))
         else:
             if min_capability and info["capability"] < tuple(min_capability):
-                needs.append(f"compute capability >= {min_capability[0]}.{min_capability[1]}")
-                found.append(f"{info['name']} (capability {info['capability'][0]}.{info['capability'][1]})")
+                needs.append(_capability(min_capability))
+                major, minor = info["capability"][:2]
+                found.append(
+                    _("{gpu} (capability {major}.{minor})").format(gpu=info["name"], major=major, minor=minor)
+                )
             if min_gpu_gb and info["total_gb"] < min_gpu_gb:
-                needs.append(f"a GPU with >= {min_gpu_gb:g} GiB")
-                found.append(f"{info['name']} with {info['total_gb']:.1f} GiB")
+                needs.append(_("a GPU with >= {gib:g} GiB").format(gib=min_gpu_gb))
+                found.append(_("{gpu} with {gib:.1f} GiB").format(gpu=info["name"], gib=info["total_gb"]))
     for name in packages:
         if not package_importable(name):
-            needs.append(f"the package {name}")
-            found.append(f"{name} not importable")
+            needs.append(_("the package {name}").format(name=name))
+            found.append(_("{name} not importable").format(name=name))
     if not needs:
         return None
     return ", ".join(needs), ", ".join(found)
@@ -130,10 +133,14 @@ def unmet_requirements(
 def _gpu_detail(min_capability, min_gpu_gb) -> str:
     parts = []
     if min_capability:
-        parts.append(f"compute capability >= {min_capability[0]}.{min_capability[1]}")
+        parts.append(_capability(min_capability))
     if min_gpu_gb:
-        parts.append(f">= {min_gpu_gb:g} GiB")
+        parts.append(_(">= {gib:g} GiB").format(gib=min_gpu_gb))
     return f" ({', '.join(parts)})" if parts else ""
+
+
+def _capability(minimum) -> str:
+    return _("compute capability >= {major}.{minor}").format(major=minimum[0], minor=minimum[1])
 
 
 def preflight(verbose: bool = True) -> dict:
