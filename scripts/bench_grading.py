@@ -9,7 +9,8 @@ lesson 08's run, as a learner hands it in), the next the blank learner version, 
 exercise's solution replaced by the stub. Each --jobs value grades the same class with the same seed; the CSVs must
 be identical. The result is written as JSON: wall times, each notebook's grading time as grade.py reports it, per
 lesson and kind, the machine, its load before the run, and from the --jobs run with one thread per kernel an estimate
-for a class of --class-size learners x every lesson on --cores cores. Nothing is asserted about speed (speed belongs
+for a class of --class-size learners x every lesson on --cores cores. Each run starts with an empty cache of the 7B
+simulations (memlab.estimate.simulation_cache), which its judges then share, as a class's do. Nothing is asserted about speed (speed belongs
 in results/, not in tests).
 """
 
@@ -33,6 +34,7 @@ from build_lessons import ROOT, lesson_dirs, render  # noqa: E402
 from execute_solutions import hand_in  # noqa: E402
 
 from grading.batch import kernel_threads  # noqa: E402
+from memlab.estimate import CACHE_ENV  # noqa: E402
 
 
 def make_class(folder: Path, learners: int, only: list[str] | None = None) -> list[str]:
@@ -102,6 +104,9 @@ def main(argv=None) -> int:
                 ],
                 capture_output=True,
                 text=True,
+                # an empty 7B-simulation cache for each run (memlab.estimate.simulation_cache): its judges simulate
+                # each plan once and share it, as a class's do; the first run does not warm the next one
+                env={**os.environ, CACHE_ENV: str(Path(tmp) / f"simulations-jobs{jobs}")},
             )
             seconds = time.perf_counter() - start
             if proc.returncode != 0:
@@ -130,7 +135,8 @@ def main(argv=None) -> int:
     result = {
         "what": f"scripts/grade.py on {args.learners} learners x {len(lessons)} lessons ({', '.join(lessons)}), in "
         "turn solved (lesson 08 with its run handed in), blank, and with the first exercise unwritten; every notebook "
-        "executed in the sandboxed kernel, its demonstrations tagged skip-when-grading left out",
+        "executed in the sandboxed kernel, its demonstrations tagged skip-when-grading left out; each run starts with an "
+        "empty 7B-simulation cache, shared by its judges",
         "date": datetime.date.today().isoformat(),
         "machine": {
             "cpus": os.cpu_count(),
