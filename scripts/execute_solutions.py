@@ -20,6 +20,11 @@ plain install brings; CI's drift check grades the solutions with every cell run 
 grade_id, first line) and its error; it also checks that the kernel is this script's own Python, so the versions
 tested are the environment's. Exit status 1 if any notebook failed.
 
+`--edition ko` executes the Korean edition's solutions (ko/solutions/, built by scripts/build_lessons.py, never
+committed executed) in a temporary copy and keeps the outputs of their `needs(...)` cells in
+translations/ko/outputs/NN-slug.json, keyed by the Korean cells: what a Korean learner stuck on an exercise is
+shown, in Korean (the build falls back to the English run's outputs for a cell translated since).
+
 Executed in place, lesson 08's solution writes its graded run (`capstone-run/`, grading.course.HANDED_IN) next to the
 notebook; it is moved to tests/fixtures/handed-in/08-capstone-7b-lora/, where the grading tests hand it in with the
 solved notebook (it is the run the committed outputs show).
@@ -96,6 +101,55 @@ def execute(path: Path, timeout: int) -> float:
     nbformat.write(nb, path)
     keep_handed_in(path.parent)
     return seconds
+
+
+def record_edition(language: str, names: list[str], timeout: int) -> int:
+    """Execute the `language` edition's solutions of `names` (all when empty) in temporary copies and keep their
+    `needs(...)` cells' outputs in translations/<language>/outputs/<slug>.json; 0, or 1 if a notebook failed."""
+    import json
+
+    import nbformat
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from memlab.notebook import model_outputs
+    from translations import outputs_path
+
+    edition = ROOT / language / "solutions"
+    slugs = names or sorted(p.name for p in edition.iterdir() if p.is_dir())
+    failed = 0
+    for slug in slugs:
+        (path,) = sorted((edition / slug).glob("*.ipynb"))
+        with tempfile.TemporaryDirectory(prefix=f"edition-{language}-") as tmp:
+            folder = Path(tmp) / slug
+            shutil.copytree(edition / slug, folder)
+            nb = nbformat.read(folder / path.name, as_version=4)
+            saved = os.environ.pop("MPLBACKEND", None)  # the figures as a learner's notebook shows them
+            try:
+                seconds = execute_notebook(nb, folder, timeout)
+            except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
+                print(f"FAILED {language}/solutions/{slug}:\n{error}", file=sys.stderr)
+                failed = 1
+                continue
+            finally:
+                if saved is not None:
+                    os.environ["MPLBACKEND"] = saved
+        record = {
+            "about": f"the outputs of the needs(...) cells of {language}/solutions/{slug}, executed on a CPU by "
+            f"python scripts/execute_solutions.py --edition {language} {slug}",
+            "lesson": slug,
+            "cells": model_outputs(nb),
+        }
+        target = outputs_path(slug, language)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(
+            json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        print(
+            f"{language}/solutions/{slug}: {seconds:.1f} s, {len(record['cells'])} cells kept in {target}",
+            flush=True,
+        )
+    return failed
 
 
 def hand_in(slug: str, folder: Path) -> list[str]:
@@ -243,6 +297,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="execute in memory and report; write nothing (exit 1 on an error)",
     )
+    parser.add_argument(
+        "--edition",
+        metavar="LANG",
+        help="execute LANG's edition (ko) in a temporary copy and keep its needs(...) outputs in translations/LANG/",
+    )
     args = parser.parse_args(argv)
 
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
@@ -255,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ.pop(GRADING_ENV, None)
 
+    if args.edition:
+        return record_edition(args.edition, args.lessons, args.timeout)
     if args.check:
         return run_checks(notebooks(args.lessons), args.timeout)
     failed = []

@@ -719,24 +719,42 @@ def translate_notebook(nb, catalog: Catalog, language: str, where: str):
     return translated, warnings
 
 
-def translated_outputs(english_nb, translated_nb, slug: str, language: str) -> bytes:
-    """The MODEL_OUTPUTS file of a translated lesson: the English solution's recorded `needs(...)` outputs of each
-    cell, keyed by the translated cell's key (the translated solution is not executed yet: English outputs)."""
+def outputs_path(slug: str, language: str = "ko", translations: Path = ROOT / "translations") -> Path:
+    """Where the translated solution's own recorded `needs(...)` outputs are kept (written by
+    `python scripts/execute_solutions.py --edition <language> SLUG`)."""
+    return translations / language / "outputs" / f"{slug}.json"
+
+
+def translated_outputs(
+    english_nb, translated_nb, slug: str, language: str, own: dict | None = None
+) -> tuple[bytes, int]:
+    """The MODEL_OUTPUTS file of a translated lesson, and how many of its cells show the English run's outputs.
+
+    A cell's outputs are the translated solution's own (`own`: {translated cell key: outputs}, from its executed run)
+    where that run recorded this very cell; otherwise the English solution's outputs of the cell at the same place (a
+    cell translated since the run, or no run kept yet)."""
     recorded = model_outputs(english_nb)
-    cells = {}
-    for english, translated in zip(english_nb.cells, translated_nb.cells, strict=True):
-        outputs = recorded.get(cell_key(english.source)) if english.cell_type == "code" else None
-        if outputs:
-            cells[cell_key(translated.source)] = outputs
+    own = own or {}
+    cells, english = {}, 0
+    for english_cell, translated in zip(english_nb.cells, translated_nb.cells, strict=True):
+        outputs = recorded.get(cell_key(english_cell.source)) if english_cell.cell_type == "code" else None
+        if not outputs:
+            continue
+        key = cell_key(translated.source)
+        if key in own:
+            cells[key] = own[key]
+        else:
+            cells[key], english = outputs, english + 1
+    name = LANGUAGE_NAMES.get(language, language)
     record = {
         "about": "what each cell that calls needs(...) shows with the model solution, executed on a CPU; written by "
-        "scripts/build_lessons.py. These are the English solution's outputs (the cell at the same place), keyed by "
-        f"the {LANGUAGE_NAMES.get(language, language)} cells: the translated solution is not executed for them yet",
+        f"scripts/build_lessons.py from the {name} solution's own run (python scripts/execute_solutions.py --edition "
+        f"{language}), or, for a cell translated since that run, from the English solution's run",
         "language": language,
         "lesson": slug,
         "cells": cells,
     }
-    return (json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    return (json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"), english
 
 
 @dataclass
@@ -774,7 +792,15 @@ def build_edition(solutions: Path, translations: Path, language: str = "ko") -> 
             continue
         edition.warnings += warnings
         edition.solutions[f"{slug}/{path.name}"] = (nbformat.writes(translated) + "\n").encode("utf-8")
-        edition.solutions[f"{slug}/{MODEL_OUTPUTS}"] = translated_outputs(nb, translated, slug, language)
+        kept = outputs_path(slug, language, translations)
+        own = json.loads(kept.read_text(encoding="utf-8"))["cells"] if kept.is_file() else {}
+        data, english = translated_outputs(nb, translated, slug, language, own)
+        edition.solutions[f"{slug}/{MODEL_OUTPUTS}"] = data
+        if english:
+            edition.warnings.append(
+                f"{slug}: {english} recorded output(s) are the English run's (no {language} run of those cells kept): "
+                f"python scripts/execute_solutions.py --edition {language} {slug}"
+            )
         for filename in sorted(find_all_files(str(lesson), ignore)):
             edition.solutions[f"{slug}/{Path(filename).relative_to(lesson).as_posix()}"] = Path(
                 filename

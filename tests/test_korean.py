@@ -254,7 +254,29 @@ def test_korean_solution_and_lesson(built):
     record = json.loads((lesson / MODEL_OUTPUTS).read_text(encoding="utf-8"))
     shown = {"output_type": "stream", "name": "stdout", "text": "add(2, 3) is 5 here\n"}  # English, re-keyed
     assert record["cells"] == {cell_key(korean.cells[9].source): [shown]}
-    assert "English solution's outputs" in record["about"]
+    assert "English solution's run" in record["about"]
+
+
+def test_the_korean_runs_own_outputs_replace_the_english_ones(built, capsys):
+    """Once the Korean solution's run is kept (execute_solutions.py --edition ko), a stuck Korean learner is shown its
+    outputs; a cell translated since that run falls back to the English run's, with a warning naming the command."""
+    tmp = built.parent
+    korean = nbformat.read(tmp / "ko" / "solutions" / SLUG / f"{SLUG}.ipynb", as_version=4)
+    key = cell_key(korean.cells[9].source)
+    own = [{"output_type": "stream", "name": "stdout", "text": "add(2, 3)의 값은 5입니다\n"}]
+    kept = tr.outputs_path(SLUG, "ko", tmp / "translations")
+    assert build(built) == 0
+    assert "1 recorded output(s) are the English run's" in capsys.readouterr().out
+    kept.parent.mkdir(parents=True)
+    kept.write_text(json.dumps({"cells": {key: own}}, ensure_ascii=False))
+    assert build(built) == 0
+    assert "English run's" not in capsys.readouterr().out
+    for folder in ("solutions", "lessons"):
+        record = json.loads((tmp / "ko" / folder / SLUG / MODEL_OUTPUTS).read_text(encoding="utf-8"))
+        assert record["cells"] == {key: own}
+    kept.write_text(json.dumps({"cells": {"a cell translated since": own}}))
+    assert build(built) == 0
+    assert "1 recorded output(s) are the English run's" in capsys.readouterr().out
 
 
 def test_english_build_is_unchanged_by_the_korean_one(built, tmp_path):
