@@ -112,7 +112,7 @@ def record_edition(language: str, names: list[str], timeout: int) -> int:
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     sys.path.insert(0, str(ROOT / "scripts"))
-    from memlab.notebook import model_outputs
+    from grading.learner_version import model_outputs
     from translations import outputs_path
 
     edition = ROOT / language / "solutions"
