@@ -205,6 +205,29 @@ def run_cell(panel, index: int, timeout: int = CELL_TIMEOUT_MS):
     return cell
 
 
+def answer_wrong(page, panel, solution, check_index: int) -> str:
+    """Type WRONG_DECODE over the `solution` cell and run it (it prints nothing), then run the check at `check_index`:
+    the check's message, which must say CheckFailed and show no frame of the kit."""
+    from playwright.sync_api import expect
+
+    solution.locator(".jp-InputArea-editor .cm-content").click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text(WRONG_DECODE)
+    expect(solution.locator(".jp-InputArea-editor")).to_contain_text("_decode_right")
+    page.keyboard.press("Shift+Enter")
+    expect(solution.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]:"), timeout=CELL_TIMEOUT_MS)
+    assert not solution.locator(".jp-OutputArea-output").count(), solution.locator(
+        ".jp-OutputArea"
+    ).inner_text()
+    output = run_cell(panel, check_index).locator(".jp-OutputArea")
+    expect(output).to_contain_text("CheckFailed")
+    message = output.inner_text()
+    print(f"check output: {message.strip()}")
+    for frame in KIT_FRAMES:
+        assert frame not in message, f"{frame!r} is visible in the failed check's output:\n{message}"
+    return message
+
+
 def shot(page, tmp_path: Path, name: str) -> Path:
     path = tmp_path / f"{name}.png"
     page.screenshot(path=str(path))
@@ -246,23 +269,8 @@ def test_check_cells_in_the_browser(lab, page, tmp_path):
     shot(page, tmp_path, "2-lesson02-check-passed")
 
     # a wrong answer, typed over the solution: the check's message, and nothing of the kit's frames
-    solution.locator(".jp-InputArea-editor .cm-content").click()
-    page.keyboard.press("Control+A")
-    page.keyboard.insert_text(WRONG_DECODE)
-    expect(solution.locator(".jp-InputArea-editor")).to_contain_text("_decode_right")
-    page.keyboard.press("Shift+Enter")
-    expect(solution.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]:"), timeout=CELL_TIMEOUT_MS)
-    assert not solution.locator(".jp-OutputArea-output").count(), solution.locator(
-        ".jp-OutputArea"
-    ).inner_text()
-    check = run_cell(panel, cell_index(lab, L02, by_grade_id("e1_decode_check")))
-    output = check.locator(".jp-OutputArea")
-    expect(output).to_contain_text("CheckFailed")
-    message = output.inner_text()
-    print(f"check output: {message.strip()}")
+    message = answer_wrong(page, panel, solution, cell_index(lab, L02, by_grade_id("e1_decode_check")))
     assert "e1_decode" in message and "✓" not in message, message
-    for frame in KIT_FRAMES:
-        assert frame not in message, f"{frame!r} is visible in the failed check's output:\n{message}"
     shot(page, tmp_path, "3-lesson02-wrong-answer")
 
 
@@ -279,20 +287,8 @@ def test_a_korean_lesson_speaks_korean_in_the_browser(lab, page, tmp_path):
     expect(check.locator(".jp-OutputArea")).to_contain_text(re.compile(r"✓ e1_decode: 케이스 \d+개 통과"))
     shot(page, tmp_path, "6-ko-lesson02-check-passed")
 
-    solution.locator(".jp-InputArea-editor .cm-content").click()
-    page.keyboard.press("Control+A")
-    page.keyboard.insert_text(WRONG_DECODE)
-    expect(solution.locator(".jp-InputArea-editor")).to_contain_text("_decode_right")
-    page.keyboard.press("Shift+Enter")
-    expect(solution.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]:"), timeout=CELL_TIMEOUT_MS)
-    check = run_cell(panel, index(by_grade_id("e1_decode_check")))
-    output = check.locator(".jp-OutputArea")
-    expect(output).to_contain_text("CheckFailed")
-    message = output.inner_text()
-    print(f"check output: {message.strip()}")
+    message = answer_wrong(page, panel, solution, index(by_grade_id("e1_decode_check")))
     assert "e1_decode: 케이스 " in message and "✓" not in message, message
-    for frame in KIT_FRAMES:
-        assert frame not in message, f"{frame!r} is visible in the failed check's output:\n{message}"
     shot(page, tmp_path, "7-ko-lesson02-wrong-answer")
 
 
