@@ -42,9 +42,8 @@ class JudgeRequest:
     memory_gb: float = 8.0
     threads: int = 0
     isolate: bool = True
-    language: str = (
-        "en"  # the lesson's (its source notebook's metadata): the language of the verdicts' messages
-    )
+    #: the lesson's language (its source notebook's metadata): the language of the verdicts' messages
+    language: str = "en"
 
     def to_data(self) -> dict:
         return dataclasses.asdict(self)

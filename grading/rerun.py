@@ -167,9 +167,8 @@ def main() -> int:
     signal.signal(signal.SIGALRM, _too_long)
 
     request = json.loads(sys.stdin.read())
-    if (
-        request.get("language", "en") != "en"
-    ):  # the check's messages in the lesson's language, as in its kernel
+    # the check's messages in the lesson's language, as in its kernel
+    if request.get("language", "en") != "en":
         from memlab import i18n
 
         i18n.use(request["language"])

@@ -79,11 +79,15 @@ def declared_language(folder: Path, slug: str) -> str:
     by the build of a translated edition), "en" when it says none or cannot be read (the worker then says why). It
     only chooses which of the course's own sources the submission is graded against: the checks, cases and points
     are the same in every edition, so a false claim gains nothing."""
-    try:
-        nb, _ = read_submission(folder, slug)
-    except Refused:
+    path = folder / f"{slug}.ipynb"
+    try:  # only the metadata is read, as plain JSON: the worker reads, checks and refuses the notebook itself
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_NOTEBOOK_BYTES:
+            return "en"
+        data = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return "en"
-    meta = nb.get("metadata", {}).get("memlab")
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    meta = meta.get("memlab") if isinstance(meta, dict) else None
     language = meta.get("language") if isinstance(meta, dict) else None
     return language if isinstance(language, str) else "en"
 
