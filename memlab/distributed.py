@@ -363,8 +363,9 @@ def sync_memory(widths=(256, 512, 512, 10), micro_batch: int = 16, accumulation:
     (`memlab.measure.track_memory`), and "held": the fewest bytes, after a micro-batch that is not the last, that
     are neither parameters, optimizer state nor the inputs. After a backward no activation is left, so that is the
     gradient memory kept from one micro-batch to the next: `.grad` (sharded under FSDP2 with the sync), DDP's
-    buckets, FSDP2's unsharded gradients without the sync (the fewest: a reduce-scatter buffer may still be
-    in flight right after a backward)."""
+    buckets, FSDP2's unsharded gradients without the sync. Each mark first lets the collectives' buffers go
+    (`settle`: gloo's worker thread holds them a moment after the wait, longer on a loaded machine, where once all
+    three all-gather buffers were still alive at every mark); the fewest is taken all the same."""
 
     from memlab.measure import track_memory
 
@@ -389,7 +390,7 @@ def sync_memory(widths=(256, 512, 512, 10), micro_batch: int = 16, accumulation:
                         context = module.no_sync() if skip else contextlib.nullcontext()
                     with context:
                         (F.cross_entropy(module(x), y) / accumulation).backward()
-                    after.append(trace.mark(f"micro-batch {i}"))
+                    after.append(trace.mark(f"micro-batch {i}", settle=0.1))  # gloo lets its buffers go
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             fixed = sum(x.nbytes + y.nbytes for x, y in batches)  # the inputs, alive throughout

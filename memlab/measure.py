@@ -19,6 +19,7 @@ temporaries).
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -74,10 +75,16 @@ class MemoryTrace:
     snapshot_path: str | None = None
     _session: _Session | None = field(default=None, repr=False)
 
-    def mark(self, name: str) -> Mark:
-        """Record live memory now and the peak since the previous mark under `name`."""
+    def mark(self, name: str, settle: float = 0.0) -> Mark:
+        """Record live memory now and the peak since the previous mark under `name`.
+
+        `settle`: first wait until the live bytes have not changed for that many seconds (at most 20 times as long
+        in all). A storage can outlive its last reference in this thread: gloo's worker thread drops its reference
+        to a collective's buffers a moment after `wait()` returns, later on a loaded machine."""
         if self._session is None:
             raise RuntimeError("mark() only works inside the `with track_memory(...)` block")
+        if settle:
+            self._session.settle(settle)
         mark = self._session.mark(name)
         self.marks.append(mark)
         return mark
@@ -301,6 +308,19 @@ class _Session:
                 for value in tree_leaves(state):
                     if isinstance(value, torch.Tensor):
                         self.storages.add(value, OPTIMIZER_STATE)
+
+    def settle(self, quiet: float, poll: float = 0.01) -> None:
+        """Wait until the live bytes have not changed for `quiet` seconds, or 20 times that has passed."""
+        start = time.monotonic()
+        last, since = None, start
+        while time.monotonic() - start < 20 * quiet:
+            if self.storages.watch_resizes:
+                self.storages._remeasure()
+            if self.storages.live_bytes != last:
+                last, since = self.storages.live_bytes, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return
+            time.sleep(poll)
 
     def mark(self, name: str) -> Mark:
         self.classify()

@@ -196,6 +196,26 @@ def test_mark_outside_the_block_is_an_error():
         trace.mark("too late")
 
 
+def test_a_settled_mark_waits_for_a_storage_another_thread_lets_go():
+    """As gloo's worker thread holds a collective's buffer a moment after the wait returns."""
+    import threading
+    import time
+
+    def hold(tensor, seconds):
+        time.sleep(seconds)
+        del tensor
+
+    with track_memory() as trace:
+        x = torch.empty(1000)  # 4,000 bytes
+        threading.Thread(target=hold, args=(x, 0.3)).start()
+        del x
+        early = trace.mark("at once")
+        threading.Thread(target=hold, args=(torch.empty(500), 0.3)).start()
+        settled = trace.mark("settled", settle=1.0)
+    assert early.current_bytes == 4000  # still held by the thread
+    assert settled.current_bytes == 0  # both let go before the mark
+
+
 def test_tensor_bytes_counts_shared_storage_once():
     t = torch.zeros(100)
     assert tensor_bytes([t, t[:10], t.view(10, 10)]) == 400
