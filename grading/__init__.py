@@ -17,12 +17,20 @@ One module per concern:
 | `submission` | a submission read as data: refused files, other files copied without links, a static review |
 | `isolation` | bubblewrap + prlimit sandboxes and a watch on their processes |
 | `autograde` | nbgrader's preprocessors: `SandboxedExecute` (collect) and `JudgeChecks` (the verdict) |
-| `judge` | the judge process (`python -m grading.judge`) |
+| `judge` | the judge: in the notebook's worker under grade.py, its own process (`python -m grading.judge`) under `nbgrader autograde` |
 | `rerun` | measurements of the learner's code collected again in a fresh sandbox from its definitions only |
-| `worker` | one submission: nbgrader's own autograde in a private course copy (`python -m grading.worker`) |
+| `worker` | one submission: nbgrader's own autograde in a private course copy, in a process forked from a preloaded server |
 | `batch` | the batch and parallel driver behind scripts/grade.py: tasks, shards, the CSV |
 | `learner_version` | what `nbgrader generate_assignment` adds to a learner version: `raises-exception` tags, the model solution's recorded outputs |
 
 Because the preprocessors are configured in nbgrader_config.py, `nbgrader autograde` grades exactly as
 scripts/grade.py does; grade.py adds batching, parallelism, shards and the CSV.
 """
+
+import sys
+
+# jsonschema, which nbformat imports, imports rfc3987_syntax when it is installed (nbformat's jsonschema[format-nongpl]
+# extra brings it) and that compiles about 38 Lark grammars at import: about 1 s of every grading process (the
+# driver, each worker), for the "iri" format checks that no notebook schema uses (python-jsonschema/jsonschema#1428,
+# closed unchanged). Any process that imports the grader before nbformat skips it; jsonschema then checks "iri" not.
+sys.modules.setdefault("rfc3987_syntax", None)

@@ -392,13 +392,25 @@ def _is_solution(cell) -> bool:
     return bool((cell.get("metadata", {}).get("nbgrader") or {}).get("solution"))
 
 
-def run_judge(request, timeout: float):
-    """The judge's verdicts, from its own process (`python -m grading.judge`)."""
-    from grading.judge import JudgeReply
+#: True in a process that grades one submission and then ends (grading/worker.py, forked from grade.py's preloaded
+#: server): the judge runs in that process, as fresh as its own would be, without starting Python and importing torch
+#: again. False where one process grades many notebooks (a plain `nbgrader autograde`): there each notebook's judge
+#: is a new process, so that nothing of one notebook's judging (the drawn cases' seed, imported check modules, the
+#: language) is left for the next.
+JUDGE_IN_THIS_PROCESS = False
 
+
+def run_judge(request, timeout: float):
+    """The judge's verdicts: from its own process (`python -m grading.judge`), or in this one where it grades only
+    this notebook (`JUDGE_IN_THIS_PROCESS`). The request crosses as the same JSON either way."""
+    from grading.judge import JudgeReply, JudgeRequest, judge_all
+
+    data = json.dumps(request.to_data())
+    if JUDGE_IN_THIS_PROCESS:
+        return judge_all(JudgeRequest.from_data(json.loads(data))).verdicts
     proc = subprocess.run(
         [sys.executable, "-P", "-m", "grading.judge"],  # -P: the working directory is not put on sys.path
-        input=json.dumps(request.to_data()),
+        input=data,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -43,7 +43,6 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -107,34 +106,45 @@ def student_id(index: int, name: str) -> str:
     return f"s{index:04d}-{safe[:40] or 'student'}"
 
 
-def run_worker(task: Task, deadline: float) -> Result:
-    """Grade one submission in its own process; a worker past `deadline` seconds is killed with its kernel."""
+def worker_server():
+    """The server grade.py forks its workers from (multiprocessing's forkserver, started on first use), with
+    `grading.worker.PRELOAD` imported once."""
+    import multiprocessing.forkserver
+
+    from grading.worker import PRELOAD
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    multiprocessing.forkserver.ensure_running()  # it imports while the courses are prepared
+    return context
+
+
+def run_worker(task: Task, deadline: float, server) -> Result:
+    """Grade one submission in its own process, forked from `server` (`worker_server`); a worker past `deadline`
+    seconds is killed with its kernel."""
+    from grading.worker import forked
+
     task_path = Path(task.work_dir) / "task.json"
     task.save(task_path)
     log_path = Path(task.work_dir) / "worker.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "grading.worker", str(task_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            proc.wait(timeout=deadline)
-        except subprocess.TimeoutExpired:
+    proc = server.Process(target=forked, args=(str(task_path), str(log_path)))
+    proc.start()
+    proc.join(timeout=deadline)
+    if proc.exitcode is None:  # still running: kill it, its session (its kernel) and what is left of its tree
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-            isolation.kill_tree(proc.pid)
-            proc.wait()
-            return Result(
-                seconds=deadline, notes=[f"grading was stopped after {deadline:g} s (--notebook-timeout)"]
-            )
+        isolation.kill_tree(proc.pid)
+        proc.join()
+        return Result(
+            seconds=deadline, notes=[f"grading was stopped after {deadline:g} s (--notebook-timeout)"]
+        )
     try:
         return Result.load(task.result_path)
     except (OSError, ValueError, TypeError):
         tail = log_path.read_text(errors="replace")[-300:]
         return Result(
             grader_error=True,
-            notes=[f"the grader's worker ended without a result (exit {proc.returncode}): {tail}"],
+            notes=[f"the grader's worker ended without a result (exit {proc.exitcode}): {tail}"],
         )
 
 
@@ -445,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f", shard {shard[0]}/{shard[1]}" if shard else ""),
         file=sys.stderr,
     )
+    server = worker_server()
     with run_folder(args.keep) as run:
         # each submission is graded against the edition it was made from (English, or ko/solutions/ for one whose
         # notebook says it is Korean): one nbgrader course per edition in use, English first
@@ -501,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         results = {}
         try:
             with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-                futures = {pool.submit(run_worker, t, args.notebook_timeout): t for t in tasks}
+                futures = {pool.submit(run_worker, t, args.notebook_timeout, server): t for t in tasks}
                 for future in as_completed(futures):
                     task = futures[future]
                     result = future.result()

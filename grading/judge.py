@@ -2,6 +2,9 @@
 
     python -m grading.judge < REQUEST.json        (started by grading.autograde.JudgeChecks; prints its reply)
 
+(Under scripts/grade.py the same `judge_all` runs in the notebook's own worker process, which grades that notebook
+only and never executes submitted code either: grading.autograde.JUDGE_IN_THIS_PROCESS.)
+
 The request holds, per check cell, the cell's locked source (`from autograders.lesson01 import check_x` and the
 call), the transcripts the cell showed (plain data, autograders/kit.py) and its error, if any; the student's seed of
 drawn cases; and, for checks that measure the learner's code (`Check.rerun`), the notebook's code so that a fresh

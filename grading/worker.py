@@ -1,6 +1,10 @@
 """Grade ONE submitted notebook: the unit of work of grading/batch.py (one process per submission).
 
-    python -m grading.worker TASK.json        (started by scripts/grade.py; writes the task's result.json)
+    python -m grading.worker TASK.json        (writes the task's result.json)
+
+scripts/grade.py does not start Python for each submission: it forks each worker from a server that has imported
+torch, nbformat and nbgrader once (`forked`, multiprocessing's forkserver: about 2 s less per notebook on 2 cores),
+and the judge then runs in the worker itself (`grading.autograde.JUDGE_IN_THIS_PROCESS`), a fresh process either way.
 
 1. The submission is read as data (grading/submission.py); a notebook that cannot be graded is one line of notes.
    Cells carrying grade ids the lesson does not have lose their grading metadata (nbgrader would stop at them);
@@ -29,6 +33,17 @@ from grading.submission import Refused, copy_lesson_folder, grade_id, is_test_ce
 from grading.types import Result, Task
 
 NOTE_CHARS = 300
+#: what the server that grade.py forks its workers from imports once (not the check kit: it reads the grading mode
+#: from the environment when it is imported, and a worker's judge imports it after setting that)
+PRELOAD = [
+    "torch",
+    "memlab",
+    "nbformat",
+    "nbgrader.apps",
+    "grading.worker",
+    "grading.autograde",
+    "grading.judge",
+]
 
 
 def drop_unknown_grade_ids(nb, known: set[str]) -> list[str]:
@@ -208,6 +223,25 @@ def main(argv: list[str]) -> int:
         )
     result.save(task.result_path)
     return 0
+
+
+def forked(task_path: str, log_path: str) -> None:
+    """A worker forked from grade.py's preloaded server (multiprocessing's forkserver): in its own session, as a
+    started `python -m grading.worker` is, so that a worker past its deadline is killed with its kernel; its output
+    to `log_path`; the judge in this process."""
+    import os
+
+    from grading import autograde
+
+    os.setsid()
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    os.environ["COURSE_GRADING"] = ""  # what a judge process is given (the kit reads it when imported)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    autograde.JUDGE_IN_THIS_PROCESS = True
+    sys.exit(main([task_path]))
 
 
 if __name__ == "__main__":
