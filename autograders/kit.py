@@ -551,7 +551,18 @@ def needs_hardware(
 def expect_callable(obj, name: str) -> None:
     """Stage one: `name` is defined, is a function or a class, and is not (entirely or partly) the lesson's stub.
     A learner step: the judge replays what the kernel found."""
-    learner(f"`{name}` is written", lambda: _expect_callable(obj, name))
+    learner(f"`{name}{_WRITTEN}", lambda: _expect_callable(obj, name))
+
+
+_WRITTEN = "` is written"  # how the label of stage one's learner step ends
+
+
+def stopped_unwritten(transcript: Transcript) -> bool:
+    """The check stopped at stage one (`expect_callable`): what it calls is not defined, not callable, or still
+    (partly) the lesson's stub. The judge does not collect a measurement again for such a record (grading/rerun.py):
+    the same definitions, loaded again, give the same answer. A forged one only costs its forger the points."""
+    last = transcript.records[-1] if transcript.records else None
+    return last is not None and last.failed is not None and last.label.endswith(_WRITTEN)
 
 
 def _expect_callable(obj, name: str) -> None:

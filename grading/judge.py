@@ -133,7 +133,7 @@ def judge_cell(cell: CellRequest, request: JudgeRequest) -> CellVerdict:
     if declared.cell != cell.grade_id:
         text = f"the cell {cell.grade_id} calls the check of {declared.cell}"
         return CellVerdict(cell.grade_id, False, text, ename="GradingError", flag=text)
-    if declared.rerun:
+    if declared.rerun and not _unwritten_in_kernel(cell):
         from grading.rerun import rerun
 
         transcripts, error = rerun(call, request)
@@ -170,6 +170,19 @@ def judge_cell(cell: CellRequest, request: JudgeRequest) -> CellVerdict:
     return CellVerdict(
         cell.grade_id, False, verdict.message, ename=ename, flag=flag, fingerprint=verdict.fingerprint
     )
+
+
+def _unwritten_in_kernel(cell: CellRequest) -> bool:
+    """The kernel's one record of the check stopped because the learner's code is not written (kit.stopped_unwritten):
+    then there is nothing to measure again, and the kernel's record is judged."""
+    from autograders import kit
+
+    if len(cell.transcripts) != 1:
+        return False
+    try:
+        return kit.stopped_unwritten(kit.Transcript.from_data(cell.transcripts[0]))
+    except (ValueError, TypeError, KeyError):
+        return False
 
 
 def judge_all(request: JudgeRequest) -> JudgeReply:

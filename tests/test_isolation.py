@@ -531,3 +531,53 @@ def test_a_rerun_imports_nothing_the_kernel_left_in_its_folder(kit_dir, workdir,
     transcripts, error = rerun(CheckCall("rerun_checks", "check_plus_two", ("plus_two",), ()), request)
     assert error == ""
     assert transcripts == [{"check": "e1_plus_two", "records": [{"label": "fn(2)", "value": wire.encode(3)}]}]
+
+
+WRITTEN_CHECKS = """
+from autograders.kit import call, check, expect_callable, expect_close, reference
+
+
+@check("e1_plus_two", points=1, rerun=True)
+def check_plus_two(fn):
+    expect_callable(fn, "plus_two")
+    got = call(fn, 2, case="fn(2)")
+    expect_close(got, reference(lambda: 4), case="fn(2)", what="fn(2)")
+    return 1
+"""
+
+
+def test_a_measurement_is_collected_again_unless_the_kernel_found_it_unwritten(tmp_path, monkeypatch):
+    """A rerun costs a sandboxed Python that imports torch and loads the definitions (seconds); for a stub the kernel's
+    record already says `not written yet`, and the same definitions loaded again would say the same."""
+    import grading.rerun
+    from grading.judge import CellRequest, JudgeRequest, judge_cell
+
+    source = tmp_path / "lesson"
+    source.mkdir()
+    (source / "written_checks.py").write_text(WRITTEN_CHECKS)
+    reruns = []
+
+    def fake_rerun(call, request):  # what the fresh process collects: a wrong answer
+        reruns.append(call.function)
+        records = [
+            {"label": "`plus_two` is written", "value": wire.encode(None)},
+            {"label": "fn(2)", "value": wire.encode(3)},
+        ]
+        return [{"check": "e1_plus_two", "records": records}], ""
+
+    monkeypatch.setattr(grading.rerun, "rerun", fake_rerun)
+    cell_source = "from written_checks import check_plus_two\n\ncheck_plus_two(plus_two)"
+    request = JudgeRequest(seed=5, cells=[], source_dir=str(source))
+    unwritten = {"label": "`plus_two` is written", "failed": "`plus_two` is not written yet: it still raises"}
+    stub = CellRequest("e1_plus_two_check", cell_source, [{"check": "e1_plus_two", "records": [unwritten]}])
+    verdict = judge_cell(stub, request)
+    assert not verdict.passed and "not written yet" in verdict.message and reruns == []
+
+    # a kernel record that claims a pass is never taken for the measurement: the rerun's record decides
+    passed = [
+        {"label": "`plus_two` is written", "value": wire.encode(None)},
+        {"label": "fn(2)", "value": wire.encode(4)},
+    ]
+    claimed = CellRequest("e1_plus_two_check", cell_source, [{"check": "e1_plus_two", "records": passed}])
+    verdict = judge_cell(claimed, request)
+    assert not verdict.passed and "fn(2)" in verdict.message and reruns == ["check_plus_two"]
