@@ -63,7 +63,6 @@ from grading.course import (
 )
 from grading.submission import declared_language
 from grading.types import Result, Task
-from memlab.i18n import ENGLISH
 
 FIXED_COLUMNS_END = ["total", "max", "needs_manual", "flags", "notes"]
 DEFAULT_MEMORY_GB = 8.0
@@ -456,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     server = worker_server()
+    from memlab.i18n import ENGLISH  # here, not at the top: memlab imports torch (a refusal above is at once)
+
     with run_folder(args.keep) as run:
         # each submission is graded against the edition it was made from (English, or ko/solutions/ for one whose
         # notebook says it is Korean): one nbgrader course per edition in use, English first
@@ -545,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _edition_notes(language: str) -> list[str]:
+    from memlab.i18n import ENGLISH
+
     return [] if language == ENGLISH else [f"graded against the {language} edition ({language}/solutions/)"]
 
 
