@@ -12,7 +12,8 @@ tests use the keyboard and the toolbar as a learner does, and read what the page
    "Success" and shows the failed check;
 4. every lesson as released: the Run menu's "Run All Cells" reaches the last cell (the cells that stop are tagged
    `raises-exception`), the stopped sections show the model solution's recorded outputs (lesson 07's figures), and
-   JupyterLab asks nothing about Jupyter news;
+   JupyterLab asks nothing about Jupyter news; the notebook, saved, then passes the learner Run All assertions
+   (run_all.py) for every lesson served unchanged, so that nbclient need not run it again;
 5. the Korean edition of lesson 02 (ko/lessons/, served next to the English lessons): its setup cell speaks Korean,
    the solved Exercise 2.1 passes with the Korean ✓ line, and the same wrong `decode` gets the check's message in
    Korean, with no frame of the kit.
@@ -34,6 +35,7 @@ from types import SimpleNamespace
 
 import pytest
 from lab_server import INSTRUCTOR_PLUGINS, REPO, running_lab
+from run_all import SOLVED_IN_THE_BROWSER, assert_run_all_stops_politely, chromium_path, no_browser
 
 # part of the default run (CI); the timeout covers the server, the browser and Validate's full execution
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
@@ -64,11 +66,9 @@ RUN_ALL_TIMEOUT_MS = 300_000
 
 
 def _chromium() -> str:
-    path = os.environ.get("MEMLAB_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    path = chromium_path()
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        pytest.skip(
-            f"no browser: chromium not found at {path} (apt-get install chromium, or set MEMLAB_CHROMIUM)"
-        )
+        pytest.skip(no_browser())
     return path
 
 
@@ -346,3 +346,25 @@ def test_run_all_reaches_the_end_of_an_unsolved_lesson(lab, page, tmp_path, slug
         assert panel.locator(".jp-Notebook .jp-OutputArea img").count() >= 1, "no recorded figure is shown"
     toasts = " ".join(page.locator(".Toastify__toast").all_inner_texts())
     assert "news" not in toasts.lower(), f"JupyterLab asks about news: {toasts}"
+    if slug not in SOLVED_IN_THE_BROWSER:  # served as released: what Run All left must stop only politely
+        assert_run_all_stops_politely(saved_after_run_all(page, lab, slug), slug)
+
+
+def saved_after_run_all(page, lab, slug: str):
+    """Save the notebook (Ctrl+S) and read it back from the served folder once every code cell's execution count
+    is on disk: the run's outputs as JupyterLab keeps them."""
+    import time
+
+    import nbformat
+
+    page.locator(".jp-NotebookPanel:visible .jp-Notebook").click(position={"x": 5, "y": 5})
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+s")
+    path = lab.lessons / slug / f"{slug}.ipynb"
+    deadline = time.monotonic() + 60
+    while True:
+        nb = nbformat.read(path, as_version=4)
+        if all(c.get("execution_count") for c in nb.cells if c.cell_type == "code"):
+            return nb
+        assert time.monotonic() < deadline, f"{slug}: JupyterLab did not save the notebook after Run All"
+        time.sleep(0.5)

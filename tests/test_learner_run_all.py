@@ -1,18 +1,12 @@
-""" "Run All" on a learner version reaches the end, and stops politely on the way.
-
-A learner who opens a lesson and runs every cell, exercises not written yet, must reach the last cell (JupyterLab's
-Run All goes past a cell tagged `raises-exception`; nbclient honours the same tag, so executing with errors NOT
-allowed is Run All) and meet only the lessons' one-line messages, never a NameError, a KeyError or a traceback out
-of a stub: a check that fails (`CheckFailed`, or `NotGradedHere` under strict grading), a cell that uses an
-unfinished exercise (`ExerciseNeeded`, from `memlab.notebook.needs`, under the model solution's recorded outputs of
-that cell), or the stub's own `NotImplementedError`, shown as "`f` is not written yet". The first stop must be a
-graded check cell: the check sits directly under its exercise, so Run All meets the friendly verdict before any
-demo calls the stub.
+""" "Run All" on a learner version reaches the end, and stops politely on the way (what that means: run_all.py).
 
 Each lesson's learner version is built in memory (scripts/build_lessons.render, what lessons/ holds) and executed
-once, top to bottom, in one kernel, in a temporary folder with the lesson's other files, in learner mode. A second,
-quick run executes only the setup cell and the check cells (a learner who runs a check before its exercise): each
-must stop with the one-line "`name` is not defined: run the cell that defines it first" message, not a raw NameError.
+once, top to bottom, in one kernel (nbclient honours the `raises-exception` tag as JupyterLab's Run All does, so
+executing with errors NOT allowed is Run All), in a temporary folder with the lesson's other files, in learner mode.
+Where a browser can be had, the lessons the browser test serves unchanged are run there instead, once, and the same
+assertions read the notebook JupyterLab saved (test_browser.py). A second, quick run executes only the setup cell
+and the check cells (a learner who runs a check before its exercise): each must stop with the one-line "`name` is
+not defined: run the cell that defines it first" message, not a raw NameError.
 """
 
 from __future__ import annotations
@@ -20,12 +14,18 @@ from __future__ import annotations
 import nbformat
 import pytest
 from nbgrader_pipeline import SOLUTIONS, build_lessons, lesson_slugs
+from run_all import (
+    SOLVED_IN_THE_BROWSER,
+    assert_run_all_stops_politely,
+    is_friendly,
+    is_graded_check,
+    no_browser,
+)
 
 from autograders.kit import GRADING_ENV
 
 pytestmark = pytest.mark.slow  # executes the learner versions: the full tier
 
-FRIENDLY = {"CheckFailed", "ExerciseNeeded", "NotGradedHere"}
 CELL_TIMEOUT = 300  # seconds per cell
 
 
@@ -64,41 +64,6 @@ def released_folder(learner_versions, slug, folder):
     return nbformat.read(folder / f"{slug}.ipynb", as_version=4)
 
 
-def is_graded_check(cell) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
-
-
-def is_friendly(error) -> bool:
-    """One of the lessons' one-line stops (memlab.notebook's display: a traceback of one line, no frames)."""
-    if error.get("ename") in FRIENDLY:
-        return True
-    traceback = error.get("traceback", [])
-    one_line = {
-        "NotImplementedError": "is not written yet",
-        "NameError": "run the cell that defines it first",
-    }
-    phrase = one_line.get(error.get("ename"))
-    return phrase is not None and len(traceback) == 1 and phrase in traceback[0]
-
-
-def errors(nb) -> list[tuple[int, object, dict]]:
-    """(index, cell, error output) for every error output, in cell order."""
-    return [
-        (index, cell, output)
-        for index, cell in enumerate(nb.cells)
-        if cell.cell_type == "code"
-        for output in cell.get("outputs", [])
-        if output.get("output_type") == "error"
-    ]
-
-
-def describe(index: int, cell, error: dict) -> str:
-    where = cell.metadata.get("nbgrader", {}).get("grade_id") or cell.get("id")
-    first_line = (error.get("evalue") or "").strip().splitlines()[:1]
-    return f"cell {index} ({where}): {error.get('ename')}: {' '.join(first_line)}"
-
-
 @pytest.fixture(scope="module")
 def learner_versions():
     return build_lessons.render(SOLUTIONS)
@@ -112,42 +77,13 @@ def test_run_all_on_the_learner_version_stops_only_at_friendly_messages(
     monkeypatch.delenv(GRADING_ENV, raising=False)  # learner mode, inherited by the kernel
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    if slug not in SOLVED_IN_THE_BROWSER and no_browser() is None:
+        pytest.skip(
+            "asserted on the browser's Run All of this lesson, saved (test_browser.py): one run, not two"
+        )
     nb = released_folder(learner_versions, slug, tmp_path)
     execute(nb, tmp_path)
-
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(c.get("execution_count") for c in code), f"{slug}: Run All did not run every code cell"
-
-    found = errors(nb)
-    assert found, f"{slug}: Run All on the learner version raised nothing: no exercise stops it"
-    unfriendly = [describe(*e) for e in found if not is_friendly(e[2])]
-    assert not unfriendly, (
-        f"{slug}: Run All on the learner version meets errors that are not a check's verdict, "
-        "ExerciseNeeded or 'not written yet' (guard the cell with memlab.notebook.needs):\n"
-        + "\n".join(unfriendly)
-    )
-    # a stopped needs(...) cell shows the model solution's output of that cell above its message
-    shown = [
-        c
-        for _, c, e in found
-        if e.get("ename") == "ExerciseNeeded"
-        and "this cell's output with the model solution" in e.get("evalue", "")
-    ]
-    assert shown, f"{slug}: no stopped cell showed the model solution's recorded output"
-    for c in shown:
-        kinds = [o.get("output_type") for o in c.outputs]
-        assert kinds.index("error") > 1, f"{slug}: a cell says it showed recorded outputs but shows {kinds}"
-    index, cell, error = found[0]
-    assert is_graded_check(cell), (
-        f"{slug}: the first error of Run All is not in a graded check cell: {describe(index, cell, error)}"
-    )
-    # every graded check fails on the learner version (test_learner_versions.py asks nbgrader the same question)
-    silent = [
-        c.metadata["nbgrader"]["grade_id"]
-        for c in nb.cells
-        if is_graded_check(c) and not any(o.get("output_type") == "error" for o in c.get("outputs", []))
-    ]
-    assert not silent, f"{slug}: graded checks that did not stop on the learner version: {silent}"
+    assert_run_all_stops_politely(nb, slug)
 
 
 @pytest.mark.parametrize("slug", lesson_slugs())
