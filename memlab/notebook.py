@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import textwrap
+import unicodedata
 from pathlib import Path
 
 from memlab.i18n import _
@@ -116,6 +117,28 @@ def fill(text: str, width: int = WIDTH, indent: str = "  ", sep: str | None = No
         else:
             line = candidate
     return "\n".join([*lines, line])
+
+
+def display_width(text: str) -> int:
+    """The columns `text` takes in a monospace output: 2 for a wide character (Hangul, CJK), 0 for a combining one,
+    1 for the others (Unicode's East Asian Width, as terminals count)."""
+    return sum(
+        0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+        for ch in text
+    )
+
+
+def pad(text: str, spec: str) -> str:
+    """`text` aligned in a column as f"{text:<22}" would align it ("<22", ">15" or "^8"), counting display columns
+    (`display_width`) instead of characters, so that a table header in Korean lines up with its columns. A table's
+    header is written `pad("measured MiB", ">15")`: the translation replaces the text and keeps the column."""
+    align, width = (spec[0], int(spec[1:])) if spec[:1] in "<>^" else ("<", int(spec))
+    gap = max(0, width - display_width(text))
+    if align == ">":
+        return " " * gap + text
+    if align == "^":
+        return " " * (gap // 2) + text + " " * (gap - gap // 2)
+    return text + " " * gap
 
 
 def cell_key(source: str) -> str:

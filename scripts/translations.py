@@ -14,9 +14,11 @@
   space and a word of two or more letters: docstrings, printed text, f-strings, plot labels, SUMMARY keys). The
   msgid is the token exactly as written (with `#`, or with its prefix and quotes), the msgstr the token that
   replaces it. nbgrader's markers (`### BEGIN SOLUTION`, `# YOUR CODE HERE`, ...) and pragma comments (`noqa`,
-  `type:`, `fmt:`) are not extracted, nor are strings without a space. Only these tokens change, so the code is
-  the English code; scripts/build_lessons.py still checks every replacement (one token of the same kind, the same
-  string prefix and quotes, an f-string's `{...}` fields unchanged, in order).
+  `type:`, `fmt:`) are not extracted, nor are strings without a space, except a table header's text given to
+  `memlab.notebook.pad` (one word is a whole column's header; pad aligns it by display width, so a Korean header
+  keeps its column). Only these tokens change, so the code is the English code; scripts/build_lessons.py still
+  checks every replacement (one token of the same kind, the same string prefix and quotes, an f-string's `{...}`
+  fields unchanged, in order).
 
 A message to keep in English is translated by copying it (msgstr == msgid): a decision, not a gap. A catalogue is
 complete when every message has a translation that is not fuzzy; scripts/build_lessons.py builds the edition of
@@ -211,13 +213,27 @@ def _key_hint(tokens: list[Token], i: int) -> str | None:
     return None
 
 
+def _padded(tokens: list[Token], i: int) -> bool:
+    """The string starts the first argument of `pad(...)` (memlab.notebook): a table header's text, translated even
+    when it is one word ("peak", "rank"), since pad keeps its column in any language."""
+    before = [t for t in reversed(tokens[:i]) if t.type not in LAYOUT][:2]
+    value = string_text(tokens[i].string) if tokens[i].type == tokenize.STRING else None
+    return (
+        bool(value and WORD.search(value))
+        and len(before) == 2
+        and before[0].string == "("
+        and before[1].string == "pad"
+    )
+
+
 def code_messages(source: str) -> list[tuple[Token, str | None]]:
-    """(token, hint) of every comment and prose string of a code cell, in order ([] if it does not tokenize)."""
+    """(token, hint) of every comment and prose string of a code cell, and every table header's text given to
+    `pad`, in order ([] if it does not tokenize)."""
     try:
         tokens = code_tokens(source)
     except (tokenize.TokenError, SyntaxError):
         return []
-    return [(t, _key_hint(tokens, i)) for i, t in enumerate(tokens) if translatable(t)]
+    return [(t, _key_hint(tokens, i)) for i, t in enumerate(tokens) if translatable(t) or _padded(tokens, i)]
 
 
 def fields(text: str) -> list[str]:

@@ -366,6 +366,7 @@ def test_what_is_extracted():
         "# plot it\n"
         'SUMMARY["peak memory"] = {"fp32": "4 GiB", "mode": "cuda", "b": b"raw bytes"}\n'
         "print(f\"{'label with spaces':<9} {x}\")\n"
+        'print(pad("peak", ">8") + pad("x", ">3") + pad(name, "<9") + "rank")\n'
     )
     extracted = [(tokenize.tok_name[t.type], t.string, hint) for t, hint in tr.code_messages(source)]
     assert [text for _, text, _ in extracted] == [
@@ -373,6 +374,7 @@ def test_what_is_extracted():
         "# plot it",
         '"peak memory"',
         '"4 GiB"',  # prose by the rule (a space, a word): a translator keeps it by copying it
+        '"peak"',  # one word, but a table header's text (memlab.notebook.pad keeps its column in Korean)
     ]
     assert "subscript" in extracted[2][2] and extracted[3][2] is None
 
@@ -425,6 +427,45 @@ def test_every_lesson_has_a_catalogue_with_every_message():
         )
         assert status.exists and not status.missing and not status.obsolete_used, (
             f"{status.summary()}: run python scripts/translations.py extract {slug}"
+        )
+
+
+def padded_headers(nb) -> list[tuple[str, str]]:
+    """(text, spec) of every `pad("text", "spec")` in the notebook's code: its tables' headers."""
+    import ast
+
+    found = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(
+                "\n".join(line for line in cell.source.splitlines() if not line.startswith(("%", "!")))
+            )
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "pad" and len(node.args) == 2:
+                text, spec = node.args
+                if isinstance(text, ast.Constant) and isinstance(spec, ast.Constant) and text.value.strip():
+                    found.append((text.value, spec.value))
+    return found
+
+
+@pytest.mark.parametrize("slug", lesson_slugs())
+def test_table_headers_are_translated_and_fit_their_columns(slug):
+    """A header is written `pad(text, spec)` (memlab.notebook): the Korean text replaces the English one and must
+    leave its column a space, counted in display columns (a Hangul syllable takes two)."""
+    english = padded_headers(nbformat.read(SOLUTIONS / slug / f"{slug}.ipynb", as_version=4))
+    korean = padded_headers(nbformat.read(KO / "solutions" / slug / f"{slug}.ipynb", as_version=4))
+    assert [spec for _, spec in english] == [spec for _, spec in korean]
+    assert any(notebook.display_width(text) > len(text) for text, _ in korean), f"{slug}: no header in Korean"
+    for (original, spec), (text, _) in zip(english, korean):
+        width, columns = int(spec.lstrip("<>^")), notebook.display_width(text)
+        assert columns < width or columns <= len(
+            original
+        ), (  # no worse than the English, where that overflows
+            f"{slug}: the header {text!r} ({original!r}) takes {columns} display columns of its {width}"
         )
 
 

@@ -11,7 +11,7 @@ import re
 import nbformat
 import pytest
 
-from memlab.notebook import MODEL_OUTPUTS, ExerciseNeeded, cell_key, message_lines, needs
+from memlab.notebook import MODEL_OUTPUTS, ExerciseNeeded, cell_key, display_width, message_lines, needs, pad
 
 RECORDED_CELL = "memlab.notebook.needs('TOTAL', exercise='Exercise 9.2')\nprint(TOTAL)"
 
@@ -153,3 +153,12 @@ def test_needs_without_a_recorded_output_only_stops(executed):
     outputs = executed[4].outputs
     assert [o.output_type for o in outputs] == ["error"]
     assert "Above:" not in outputs[0].evalue
+
+
+def test_pad_aligns_a_header_by_display_columns():
+    for text in ("peak", "predicted MiB", "", "a header longer than its column"):
+        for spec in ("<22", ">15", "^9", "8"):
+            assert pad(text, spec) == format(text, spec)  # English: what the f-string gave
+    assert display_width("최대 MiB") == 8  # a Hangul syllable takes two columns
+    assert pad("최대 MiB", ">12") == "    최대 MiB" and display_width(pad("최대 MiB", "<12")) == 12
+    assert display_width(pad("단계", "^7")) == 7
