@@ -501,6 +501,7 @@ def test_graded_a_right_answer_passes_and_wrong_ones_fail_as_a_learner_sees(
         assert failure(check_fn, wrong) == message
 
 
+@pytest.mark.slow  # a 7B plan simulated and an adapter evaluated in a judge: the full tier
 def test_graded_e5_runs_its_cpu_stage_then_needs_a_gpu(no_gpu, monkeypatch):
     wrong = lambda *a, **k: {"step_time_s": 1.0}  # noqa: E731
     seen = failure(check_measure_lora_step, wrong)
@@ -530,6 +531,7 @@ def test_graded_e3_a_run_that_does_not_match_what_it_reports_fails_as_a_learner_
     assert graded == seen.replace(str(tmp_path / "learner"), str(tmp_path / "graded"))
 
 
+@pytest.mark.slow  # a 7B plan simulated and an adapter evaluated in a judge: the full tier
 def test_graded_e3_the_judge_evaluates_the_adapter_it_is_handed_and_fingerprints_it(
     good_run, tmp_path, strict_mode
 ):
@@ -556,6 +558,7 @@ def test_graded_e3_the_fingerprint_ignores_order_and_sees_every_value():
     assert l08.adapter_fingerprint_bytes({k: v.to(torch.bfloat16) for k, v in weights.items()}) != canonical
 
 
+@pytest.mark.slow  # a 7B plan simulated and an adapter evaluated in a judge: the full tier
 def test_graded_the_kernel_computes_no_expected_value(good_run, tmp_path, strict_mode, no_gpu, monkeypatch):
     """Collect mode (the grading kernel) runs every case's learner steps and none of the reference steps: the
     grading references and every helper that computes an expected value raise here, and collecting still
