@@ -414,7 +414,6 @@ def run_judge(request, timeout: float):
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "COURSE_GRADING": ""},
         cwd=tempfile.gettempdir(),
     )
     if proc.returncode != 0:

@@ -205,11 +205,19 @@ def judge_all(request: JudgeRequest) -> JudgeReply:
     return JudgeReply(verdicts)
 
 
-def main() -> int:
+def use_judge_environment() -> None:
+    """What the judge runs under, set before it imports the kit: the kit's plain mode (an empty COURSE_GRADING; the
+    kit reads it when it is imported) and Hugging Face offline (judging fetches nothing). A judge process sets it in
+    `main`; a grade.py worker, in which the judge runs, when it is forked."""
     import os
 
+    os.environ["COURSE_GRADING"] = ""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def main() -> int:
+    use_judge_environment()
     request = JudgeRequest.from_data(json.loads(sys.stdin.read()))
     reply = judge_all(request)
     sys.stdout.write("\n" + json.dumps(reply.to_data()) + "\n")

@@ -232,14 +232,13 @@ def forked(task_path: str, log_path: str) -> None:
     import os
 
     from grading import autograde
+    from grading.judge import use_judge_environment
 
     os.setsid()
     with open(log_path, "ab") as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
-    os.environ["COURSE_GRADING"] = ""  # what a judge process is given (the kit reads it when imported)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    use_judge_environment()
     autograde.JUDGE_IN_THIS_PROCESS = True
     sys.exit(main([task_path]))
 

@@ -25,11 +25,18 @@ def chromium_path() -> str:
     return os.environ.get("MEMLAB_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
 
-def no_browser() -> str | None:
-    """Why the browser tests cannot run here, or None."""
+def no_chromium() -> str | None:
+    """Why chromium cannot be started here, or None."""
     path = chromium_path()
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         return f"no browser: chromium not found at {path} (apt-get install chromium, or set MEMLAB_CHROMIUM)"
+    return None
+
+
+def no_browser() -> str | None:
+    """Why the browser tests cannot run here (no chromium, or no Playwright), or None."""
+    if no_chromium():
+        return no_chromium()
     if importlib.util.find_spec("playwright") is None:
         return "no browser driver: pip install -r requirements-test.txt"
     return None

@@ -27,7 +27,6 @@ browser download is not used.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -35,7 +34,7 @@ from types import SimpleNamespace
 
 import pytest
 from lab_server import INSTRUCTOR_PLUGINS, REPO, running_lab
-from run_all import SOLVED_IN_THE_BROWSER, assert_run_all_stops_politely, chromium_path, no_browser
+from run_all import SOLVED_IN_THE_BROWSER, assert_run_all_stops_politely, chromium_path, no_chromium
 
 # part of the default run (CI); the timeout covers the server, the browser and Validate's full execution
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
@@ -44,7 +43,8 @@ LESSONS, SOLUTIONS = REPO / "lessons", REPO / "solutions"
 KO_LESSONS, KO_SOLUTIONS = REPO / "ko" / "lessons", REPO / "ko" / "solutions"
 KOREAN = "ko"  # the Korean lessons' folder under the served root: ko/NN-slug/NN-slug.ipynb
 HANGUL = re.compile("[가-힣]")
-L02, L03, L07 = "02-numeric-formats", "03-amp-gradscaler", "07-fp8-transformer-engine"
+L02, L03 = SOLVED_IN_THE_BROWSER  # served with some exercises solved (the lab fixture)
+L07 = "07-fp8-transformer-engine"
 GPU_ONLY = "e4_measure_amp_step"  # Exercise 3.4: needs CUDA; this machine has none
 CHROMIUM_FLAGS = [
     "--no-sandbox",
@@ -66,10 +66,9 @@ RUN_ALL_TIMEOUT_MS = 300_000
 
 
 def _chromium() -> str:
-    path = chromium_path()
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        pytest.skip(no_browser())
-    return path
+    if no_chromium():
+        pytest.skip(no_chromium())
+    return chromium_path()
 
 
 # ---- the served course -------------------------------------------------------------------------------------------
