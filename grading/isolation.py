@@ -94,6 +94,10 @@ class Sandbox:
             "IPYTHONDIR": "/tmp/home/.ipython",
             "MPLCONFIGDIR": "/tmp/home/.mpl",
         }
+        if gpu_devices() and os.environ.get("LD_LIBRARY_PATH"):
+            # where the CUDA driver's library is found on some GPU machines (/usr/local/nvidia/lib64): read-only
+            # under /usr, and the instructor's setting, never the submission's
+            env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
         if any(name in os.environ for name in THREAD_VARIABLES):  # the instructor's setting, alone
             env.update({name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ})
         elif self.threads:

@@ -116,9 +116,9 @@ def tests_of_part(part: int) -> list[str]:
         4: [
             f"{capstone}::test_exercise_8_5_passes_its_gpu_stage",
             f"{capstone}::test_7b_lora_step_against_the_simulation[eager]",
-            *books,
             f"{capstone}::test_7b_lora_step_against_the_simulation[sdpa]",
             f"{capstone}::test_qlora_7b_peak",
+            *books,  # the notebook's 7B IMDB fine-tune takes longest: what the budget leaves
         ],
     }.get(part, [])
 
@@ -160,6 +160,16 @@ def units_of(values) -> dict[str, str]:
     return found
 
 
+#: set by a call that runs several parts at once on one GPU (e.g. "parts 1, 2 and 5 at once"): every record then
+#: says so, since memory peaks are per process but times, and free memory, are shared with the other parts
+CONCURRENT_ENV = "GPU_EVIDENCE_CONCURRENT"
+
+
+def concurrency() -> dict[str, str]:
+    shared = os.environ.get(CONCURRENT_ENV, "").strip()
+    return {"concurrent_with": shared} if shared else {}
+
+
 class Recorder:
     """Appends one JSON line per record to `path`, flushed and synced at once."""
 
@@ -179,7 +189,7 @@ class Recorder:
             "status": status,
             "values": values if values is not None else {},
             "units": units if units is not None else units_of(values or {}),
-            "config": config or {},
+            "config": {**(config or {}), **concurrency()},
             "command": command or "",
             "seconds": None if seconds is None else round(seconds, 3),
             "device": self.device,
@@ -817,7 +827,7 @@ def step_grading(ctx: Context) -> None:
 # ---- the parts --------------------------------------------------------------------------------------------------------
 
 
-def run_part(part: int, out: Path, budget_s: float, rehearsal: bool, lessons=None) -> Recorder:
+def run_part(part: int, out: Path, budget_s: float, rehearsal: bool, lessons=None, tests=None) -> Recorder:
     import torch
 
     cuda = torch.cuda.is_available()
@@ -847,6 +857,8 @@ def run_part(part: int, out: Path, budget_s: float, rehearsal: bool, lessons=Non
         ],
         5: [("grading", step_grading)],
     }[part]
+    if tests:  # a part's GPU tests again, only these (e.g. after a fix), without the part's other steps
+        steps = [("gpu_tests", lambda c: step_pytest(c, "gpu_tests", list(tests)))]
     if rehearsal and part == 1:
         steps.insert(1, ("rehearsal_notebook_runner", step_rehearse_notebook))
     for name, step in steps:
@@ -988,6 +1000,24 @@ def _put(tree: dict, name: str, value) -> None:
     node[last] = value
 
 
+def record_files(paths, unpacked: Path) -> list[Path]:
+    """The record files among `paths`: a .jsonl as it is; a call's archive (evidence.tgz, snapshots.tgz) unpacked
+    into `unpacked`, one folder per call, where its records find the files they name."""
+    import tarfile
+
+    files = []
+    for path in map(Path, paths):
+        if path.name.endswith((".tgz", ".tar.gz")):
+            folder = unpacked / path.parent.name  # a call's files_at folder: its two archives unpack together
+            folder.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(path) as archive:
+                archive.extractall(folder, filter="data")
+            files += [f for f in sorted(folder.rglob(RECORDS.format(part="*"))) if f not in files]
+        else:
+            files.append(path)
+    return files
+
+
 def merge(paths, results: Path = RESULTS) -> list[Path]:
     """results/<gpu-name>.json (one per GPU) and its plots from record files; the paths written."""
     records = read_records(paths)
@@ -1084,6 +1114,26 @@ def _measured(merged: dict, name: str):
     return None
 
 
+def _shared(merged: dict, *names: str) -> bool:
+    """Whether any of these entries (or an entry of these folders) was measured while other parts shared the GPU."""
+    for name in names:
+        entry = _get(merged, name)
+        entries = entry.values() if isinstance(entry, dict) and "status" not in entry else [entry]
+        for one in entries:
+            if isinstance(one, dict) and one.get("config", {}).get("concurrent_with"):
+                return True
+    return False
+
+
+SHARED_NOTE = (
+    "times taken while other measurements shared the GPU (config.concurrent_with): read them as rough"
+)
+
+
+def _note_shared(fig) -> None:
+    fig.text(0.01, 0.005, SHARED_NOTE, fontsize=7, color="dimgray", ha="left", va="bottom")
+
+
 def plots(merged: dict, results: Path, slug: str) -> list[Path]:
     """The figures the lessons cite, each only from measured values: FP8 vs bf16 GEMMs, the 7B LoRA peaks against
     the simulation, the checkpointing and AMP trade-offs."""
@@ -1126,6 +1176,8 @@ def plots(merged: dict, results: Path, slug: str) -> list[Path]:
         ax.set(xlabel="n (square GEMM n x n x n)", ylabel="TFLOP/s", title=f"FP8 vs bf16 on {name}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+        if _shared(merged, "fp8_gemm_sweep", "torchao_float8_linear"):
+            _note_shared(fig)
         written.append(_save(fig, results / f"{slug}-fp8-gemm.png"))
 
     bars = {}
@@ -1183,6 +1235,8 @@ def plots(merged: dict, results: Path, slug: str) -> list[Path]:
                 title="lesson 03's MLP: bf16 autocast vs fp32",
             )
         fig.suptitle(name)
+        if _shared(merged, "checkpointing_7b_shaped_layers", "amp_bf16_vs_fp32_mlp"):
+            _note_shared(fig)
         written.append(_save(fig, results / f"{slug}-tradeoffs.png"))
     return written
 
@@ -1190,7 +1244,7 @@ def plots(merged: dict, results: Path, slug: str) -> list[Path]:
 def _save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1) if fig.texts else None)  # room for a note at the foot
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -1199,56 +1253,39 @@ def _save(fig, path: Path) -> Path:
 # ---- the plan ---------------------------------------------------------------------------------------------------------
 
 
-def part5_chunks() -> list[list[str]]:
-    """Part 5's lessons, two to a call (lesson 08, which trains a 7B model, alone): the lessons with GPU checks
-    first. To be refitted to the grading times part 5 records (`seconds` of each grading/<lesson>)."""
+#: the script each device call runs: installs the wheelhouse, runs its specs side by side on the one GPU, packs
+#: every record and log into $OUT/evidence.tgz (every 20 s too, so a call killed at its limit keeps its records)
+CALL_SCRIPT = "scripts/gpu_evidence_call.sh"
+#: a call's parts stop starting work after PLAN_BUDGET s; the script kills a part PLAN_BUDGET + 60 s in, and the
+#: call needs about 40 s more (the wheels' install, the packing): the first H200 call (2026-11-27, nine specs side by
+#: side, BUDGET=280) ran 288 s, 318 s of device time with the machine's start
+PLAN_BUDGET = 280.0
+PLAN_TIMEOUT_S = 420
+#: a session's device time, as the device tool lends it now (it was 30 minutes when this script was first planned)
+SESSION_DEVICE_S = 15 * 60
+
+
+def plan_calls(budget: float = PLAN_BUDGET) -> list[dict]:
+    """The device-tool calls, in order of value: {title, specs, command, carry, timeout_s}. The first runs parts 1-4
+    and the grading of every lesson with a GPU check side by side on the one GPU (the GPU's memory and 16 cores are
+    shared: every record says so, in config.concurrent_with); the second grades the lessons without one."""
     slugs = lesson_slugs()
     with_gpu = [s for s in slugs if gpu_checks(SOLUTIONS, s)]
-    ordered = with_gpu + [s for s in slugs if s not in with_gpu]
-    chunks: list[list[str]] = []
-    for slug in ordered:
-        alone = slug.startswith("08")
-        if alone or not chunks or len(chunks[-1]) == 2 or chunks[-1][0].startswith("08"):
-            chunks.append([slug])
-        else:
-            chunks[-1].append(slug)
-    return chunks
-
-
-#: the prefix of every call: the wheels into the interpreter's own environment (the grading sandbox sees only the
-#: Python installation and a private /tmp, so not `--target /tmp/site`, which is the fallback, noted by part 1 and
-#: part 5), then the project on PYTHONPATH
-PIP = "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade"
-INSTALL = (
-    f"set -o pipefail; {PIP} --break-system-packages .whl/*.whl >$OUT/pip.log 2>&1 || "
-    f"{{ {PIP} --target /tmp/site .whl/*.whl >>$OUT/pip.log 2>&1 && SITE=:/tmp/site; }} || "
-    "{ tail -5 $OUT/pip.log; exit 1; }; "
-    "export PYTHONPATH=$PWD$SITE PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg; "
-)
-
-
-def plan_calls(budget: float = DEFAULT_BUDGET) -> list[dict]:
-    """The device-tool calls, in order of value: {part, title, command, carry, timeout_s}."""
-    calls = []
-    for part in (1, 2, 3, 4):
-        calls.append({"part": part, "title": PART_TITLES[part], "args": f"--part {part}"})
-    for chunk in part5_chunks():
-        calls.append(
-            {
-                "part": 5,
-                "title": f"{PART_TITLES[5]}: {', '.join(chunk)}",
-                "args": f"--part 5 --lessons {' '.join(chunk)}",
-            }
-        )
+    calls = [
+        {
+            "title": "parts 1-4, and part 5 for every lesson with a GPU check, side by side",
+            "specs": ["1", "2", "3", "4", *(f"5:{slug}" for slug in with_gpu)],
+        },
+        {
+            "title": "part 5 for the lessons without a GPU check (they must still run and grade there)",
+            "specs": [f"5:{slug}" for slug in slugs if slug not in with_gpu],
+        },
+    ]
     for call in calls:
-        log = f"$OUT/part{call['part']}.log"
-        call["command"] = (
-            INSTALL
-            + f"python3 scripts/gpu_evidence.py {call.pop('args')} --budget {budget:g} --out $OUT 2>&1 | tee {log}"
-        )
+        call["command"] = f"BUDGET={budget:g} bash {CALL_SCRIPT} {' '.join(call['specs'])}"
         call["carry"] = list(CARRY)
-        call["timeout_s"] = DEVICE_TIMEOUT_S
-    return calls
+        call["timeout_s"] = min(DEVICE_TIMEOUT_S, int(budget) + 140)
+    return [call for call in calls if call["specs"]]
 
 
 def print_plan(budget: float) -> None:
@@ -1264,15 +1301,18 @@ def print_plan(budget: float) -> None:
     if not whl:
         print("# .whl/ is missing: run `python scripts/make_wheelhouse.py` first")
     print(
-        "# Each call stops starting work after its budget and ends within timeout_s. A session has 30 min of device"
+        f"# Each call stops starting work after its budget and ends within timeout_s. A session has"
+        f" {SESSION_DEVICE_S // 60} min of device"
     )
     print(
-        "# time, machine starts included: make the calls in this order and leave the rest to the next session."
+        "# time, machine starts included (about 30 s): make the calls in this order; what does not fit waits."
     )
-    print("# After each call, here: python scripts/gpu_evidence.py --merge <files_at>/records-part*.jsonl")
+    print(
+        "# After each call, here: python scripts/gpu_evidence.py --merge <files_at>/evidence.tgz [snapshots.tgz]"
+    )
     print("# (results/<gpu-name>.json keeps what earlier calls measured), then commit results/.")
     for n, call in enumerate(plan_calls(budget), 1):
-        print(f"\n# call {n}: part {call['part']}: {call['title']}")
+        print(f"\n# call {n}: {call['title']}")
         print(
             json.dumps(
                 {"command": call["command"], "carry": call["carry"], "timeout_s": call["timeout_s"]}, indent=1
@@ -1325,7 +1365,13 @@ def main(argv: list[str] | None = None) -> int:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--part", type=int, nargs="+", choices=sorted(PART_TITLES), help="the part(s) to run")
     what.add_argument("--all", action="store_true", help="every part, then the merge into --results")
-    what.add_argument("--merge", type=Path, nargs="+", metavar="FILE", help="record files to merge")
+    what.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="record files to merge (records-part*.jsonl, or a call's evidence.tgz and snapshots.tgz)",
+    )
     what.add_argument("--plan", action="store_true", help="print the device-tool calls")
     what.add_argument(
         "--rehearse", action="store_true", help="run every part's plumbing here, merge to a temp folder"
@@ -1338,6 +1384,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lessons", nargs="+", metavar="SLUG", help="part 5: the lessons to grade (default: all)"
     )
+    parser.add_argument(
+        "--tests",
+        nargs="+",
+        metavar="NODEID",
+        help="--part: only these GPU tests (pytest node ids), nothing else",
+    )
     parser.add_argument("--jobs", type=int, default=3, help="--rehearse: parts run side by side (default: 3)")
     parser.add_argument(
         "--as-rehearsal", action="store_true", help=argparse.SUPPRESS
@@ -1348,10 +1400,11 @@ def main(argv: list[str] | None = None) -> int:
     sys.path[:0] = [str(ROOT), str(SCRIPTS)]
     out = args.out or Path(os.environ.get("OUT") or "out-gpu")
     if args.plan:
-        print_plan(args.budget or DEFAULT_BUDGET)
+        print_plan(args.budget or PLAN_BUDGET)
         return 0
     if args.merge:
-        merge(args.merge, args.results or RESULTS)
+        with tempfile.TemporaryDirectory(prefix="gpu-evidence-merge-") as unpacked:
+            merge(record_files(args.merge, Path(unpacked)), args.results or RESULTS)
         return 0
     if args.rehearse:
         return rehearse(args.out, args.results, args.budget or 0, args.jobs)
@@ -1363,7 +1416,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.as_rehearsal:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     rehearsal = args.as_rehearsal
-    files = [run_part(part, out, budget, rehearsal=rehearsal, lessons=args.lessons).path for part in parts]
+    files = [
+        run_part(part, out, budget, rehearsal=rehearsal, lessons=args.lessons, tests=args.tests).path
+        for part in parts
+    ]
     if args.all:
         merge(files, args.results or RESULTS)
     return 0

@@ -350,6 +350,19 @@ def test_the_environment_is_the_sandboxes_own(kit_dir, workdir, monkeypatch):
     assert printed(proc) == [None, "collect", 5, "/tmp/home"]
 
 
+def test_on_a_gpu_machine_the_driver_library_path_is_kept(kit_dir, workdir, monkeypatch):
+    """On the H200 the CUDA driver's library was found through the instructor's LD_LIBRARY_PATH
+    (/usr/local/nvidia/lib64): a sandbox with the GPU's devices keeps it; without a GPU nothing is inherited."""
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64")
+    box = sandbox(kit_dir, workdir)
+    monkeypatch.setattr(isolation, "gpu_devices", lambda: [])
+    assert "LD_LIBRARY_PATH" not in box.env()
+    monkeypatch.setattr(isolation, "gpu_devices", lambda: ["/dev/nvidia0", "/dev/nvidiactl"])
+    assert box.env()["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
+    monkeypatch.delenv("LD_LIBRARY_PATH")
+    assert "LD_LIBRARY_PATH" not in box.env()
+
+
 @pytest.mark.slow  # two sandboxed gloo ranks (about 10 s): the full tier
 def test_a_distributed_job_runs_inside_the_sandbox(kit_dir, workdir):
     """Lesson 05 starts 2 gloo processes with torchrun from the notebook (memlab.distributed): in a sandbox they
