@@ -689,7 +689,7 @@ def test_the_grading_kernel_computes_no_expected_value(strict_mode, no_gpu, monk
 
     monkeypatch.setattr(l06, "reference", spy)
     monkeypatch.setattr(kit, "references", forbidden)
-    for name in ("expected_peak", "observe_setup", "rebuilt_args", "_reference_train_peak"):
+    for name in ("expected_peak", "observe_setup", "rebuilt_args", "_reference_train_rise"):
         monkeypatch.setattr(l06, name, forbidden)
     monkeypatch.setattr(l06.TimedCase, "expected", forbidden)
     written = {
@@ -855,6 +855,7 @@ def test_e3_an_out_of_memory_error_kept_alive_fails_in_the_judge_as_in_the_noteb
 
 
 FAKE_PEAK = 3 * 1024**3
+FAKE_HELD = 512 * 1024**2  # what the process holds as train() starts: the model, in a fresh process
 
 
 class HostClock:
@@ -892,7 +893,8 @@ def _fake_gpu_trainer(monkeypatch):
         "_leave_a_peak_behind": lambda: None,
         "gpu_trainer": FakeTrainer,
         "_step_timer": HostClock,
-        "_reference_train_peak": lambda: FAKE_PEAK,
+        "_reference_train_rise": lambda: FAKE_PEAK - FAKE_HELD,
+        "_allocated_now": lambda: FAKE_HELD,
     }.items():
         monkeypatch.setattr(l06, name, value)
 
@@ -908,6 +910,24 @@ def test_e5_is_collected_then_judged(strict_mode, monkeypatch, capsys):
     _fake_gpu_trainer(monkeypatch)
     assert check_measure_trainer(measure_on_host) is None
     assert capsys.readouterr().out.splitlines() == ["✓ e5_measure_trainer: 1 case passed"]
+
+
+def test_e5_expects_the_peak_of_the_process_it_measures(strict_mode, monkeypatch, capsys):
+    """A kernel (or a rerun) that holds the tensors of the lesson's earlier cells: its peak of train() includes them,
+    and a right answer still passes. On an H200 the check expected its own fresh process's peak (3.18 GB) where the
+    rerun's was 5.95 GB, and the model solution lost its point."""
+    _fake_gpu_trainer(monkeypatch)
+    earlier_cells = 2560 * 1024**2
+    monkeypatch.setattr(l06, "_allocated_now", lambda: FAKE_HELD + earlier_cells)
+    assert (
+        check_measure_trainer(lambda t, warmup=3: measure_on_host(t, warmup, extra_peak=earlier_cells))
+        is None
+    )
+    assert capsys.readouterr().out.splitlines() == ["✓ e5_measure_trainer: 1 case passed"]
+    told = _message(
+        check_measure_trainer, measure_on_host
+    )  # the fresh process's peak, in this process: short
+    assert f"(the peak of train() only) = {FAKE_PEAK + earlier_cells:,}" in told
 
 
 def test_e5_a_peak_from_before_train_fails_in_the_judge_as_in_the_notebook(monkeypatch):
