@@ -35,6 +35,12 @@ SLUGS = sorted(p.parent.name for p in (ROOT / "solutions").glob("*/*.ipynb"))
 CELL_TIMEOUT = 600
 
 
+def autograded(cell) -> bool:
+    """A check cell: graded by its tests (nbgrader's grade without solution), not a written answer."""
+    meta = cell.metadata.get("nbgrader", {})
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
 def _text(cell) -> str:
     parts = []
     for output in cell.get("outputs", []):
@@ -72,9 +78,12 @@ def test_solution_runs_on_the_gpu_and_every_gpu_check_is_checked(slug, tmp_path,
     }
     assert not any("CPU only" in text for text in texts), "the kernel did not see the GPU"
     for cell in nb.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-        if cell.metadata.get("nbgrader", {}).get("grade"):
-            text = _text(cell)
-            assert text.startswith("✓ ") or "NOT CHECKED HERE" in text, f"{slug} {grade_id}: {text!r}"
+        if not autograded(cell):
+            continue  # written answers (w*) are graded by hand and print nothing
+        text = _text(cell)
+        # a library may warn on stderr before the check's verdict (torchao's SyntaxWarning on Python 3.12, memlab's
+        # "IMDB not reachable" fallback): the verdict is the line that starts with ✓
+        passed = any(line.startswith("✓ ") for line in text.splitlines())
+        assert passed or "NOT CHECKED HERE" in text, f"{slug} {cell.metadata.nbgrader['grade_id']}: {text!r}"
     wanting_a_gpu = [line for line in not_checked if "GPU" in line.split("found")[0] or "capability" in line]
     assert not wanting_a_gpu, f"{slug}: GPU checks not run on this GPU: {wanting_a_gpu}"
