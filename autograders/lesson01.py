@@ -241,7 +241,10 @@ def _kv_cache_bytes(config, batch: int, seq: int, dtype: torch.dtype) -> int:
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).to(dtype).eval()
     with torch.no_grad():
-        cache = model(input_ids=torch.randint(0, 100, (batch, seq)), use_cache=True).past_key_values
+        output = model(input_ids=torch.randint(0, 100, (batch, seq)), use_cache=True)
+    # transformers 5.24 renamed the output's `past_key_values` to `cache` (the old name warns on every read)
+    cache = getattr(output, "cache", None)
+    cache = output.past_key_values if cache is None else cache
     return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
 
 
