@@ -53,9 +53,9 @@ ROOT = Path(__file__).resolve().parents[1]
 WHEELHOUSE = ROOT / ".whl"
 MANIFEST = "MANIFEST.json"
 CARRY_LIMIT = 64 * 2**20  # what one device call may carry: the working tree and the carried paths together
-EXPECTED_BYTES = (
-    52 * 2**20
-)  # the wheelhouse, at most (48.2 MiB when made on 2026-11-24): for checks without it
+#: the wheelhouse, at most, for checks made without it (48.2 MiB when made on 2026-11-24, 47.7 on 2026-11-27); with
+#: the working tree (12.0 MiB since results/ holds the H200 run) it must stay under CARRY_LIMIT
+EXPECTED_BYTES = 50 * 2**20
 PYTHON = (3, 12)
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(39, 4, -1)] + [
     "manylinux2014_x86_64",
