@@ -141,6 +141,16 @@ def pad(text: str, spec: str) -> str:
     return text + " " * gap
 
 
+def summary_table(rows) -> str:
+    """A lesson's summary, `rows` a dict or (name, value) pairs of text, as two columns: the names left-aligned to
+    the widest, two spaces, the values right-aligned to the widest, both by display columns (`pad`), so that the
+    Korean edition's names, wider than they have characters, line up too. Every lesson ends with one."""
+    pairs = [(str(name), str(value)) for name, value in (rows.items() if isinstance(rows, dict) else rows)]
+    names = max((display_width(name) for name, _ in pairs), default=0)
+    values = max((display_width(value) for _, value in pairs), default=0)
+    return "\n".join(pad(name, f"<{names}") + "  " + pad(value, f">{values}") for name, value in pairs)
+
+
 def cell_key(source: str) -> str:
     """The key of a cell's recorded outputs: a hash of its source (so an edited cell has none)."""
     return hashlib.sha256(source.strip().encode("utf-8")).hexdigest()[:20]

@@ -11,7 +11,16 @@ import re
 import nbformat
 import pytest
 
-from memlab.notebook import MODEL_OUTPUTS, ExerciseNeeded, cell_key, display_width, message_lines, needs, pad
+from memlab.notebook import (
+    MODEL_OUTPUTS,
+    ExerciseNeeded,
+    cell_key,
+    display_width,
+    message_lines,
+    needs,
+    pad,
+    summary_table,
+)
 
 RECORDED_CELL = "memlab.notebook.needs('TOTAL', exercise='Exercise 9.2')\nprint(TOTAL)"
 
@@ -162,3 +171,23 @@ def test_pad_aligns_a_header_by_display_columns():
     assert display_width("최대 MiB") == 8  # a Hangul syllable takes two columns
     assert pad("최대 MiB", ">12") == "    최대 MiB" and display_width(pad("최대 MiB", "<12")) == 12
     assert display_width(pad("단계", "^7")) == 7
+
+
+def test_a_summary_table_lines_up_in_english_and_in_korean_by_display_columns():
+    english = {
+        "peak (MiB)": "12.5",
+        "steps per second, after warm-up": "3.25",
+        "x": "not measured (no CUDA GPU)",
+    }
+    names, values = max(map(len, english)), max(map(len, english.values()))
+    assert summary_table(english) == "\n".join(f"{k:<{names}}  {v:>{values}}" for k, v in english.items())
+    assert summary_table(list(english.items())) == summary_table(english)
+    korean = {
+        "최대 메모리 (MiB)": "12.5",
+        "워밍업 후 초당 스텝 수": "3.25",
+        "QLoRA, 60 스텝: 정확도": "0.645",
+    }
+    lines = summary_table(korean).splitlines()
+    assert len({display_width(line) for line in lines}) == 1, lines  # every row as wide as the others
+    assert all(line.endswith(value) for line, value in zip(lines, korean.values(), strict=True))
+    assert summary_table({}) == ""
