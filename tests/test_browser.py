@@ -16,7 +16,9 @@ tests use the keyboard and the toolbar as a learner does, and read what the page
    (run_all.py) for every lesson served unchanged, so that nbclient need not run it again;
 5. the Korean edition of lesson 02 (ko/lessons/, served next to the English lessons): its setup cell speaks Korean,
    the solved Exercise 2.1 passes with the Korean ✓ line, and the same wrong `decode` gets the check's message in
-   Korean, with no frame of the kit.
+   Korean, with no frame of the kit;
+6. JupyterLab's own interface in Korean (jupyterlab-language-pack-ko-KR, requirements-ko.txt): the server offers it,
+   and with the language setting a learner picks in Settings -> Language, the menus are Korean.
 
 Screenshots go to the test's tmp folder (paths printed; `pytest -s` shows them). Skipped, with the reason, where
 no browser can be had: chromium not installed (`apt-get install chromium`; MEMLAB_CHROMIUM=/path overrides
@@ -127,7 +129,13 @@ def lab(tmp_path_factory):
     assert korean_solved == ["e1_decode"]
     with running_lab(course / "lessons", tmp / "work", cwd=course) as server:
         # the served copies: cell positions are read from them (lessons/ may be regenerated while tests run)
-        yield SimpleNamespace(url=server.url, token=server.token, lessons=course / "lessons", server=server)
+        yield SimpleNamespace(
+            url=server.url,
+            token=server.token,
+            lessons=course / "lessons",
+            server=server,
+            user_settings=tmp / "work" / "jupyter-user" / "lab" / "user-settings",  # lab_server.jupyter_env's
+        )
 
 
 @pytest.fixture(scope="module")
@@ -289,6 +297,28 @@ def test_a_korean_lesson_speaks_korean_in_the_browser(lab, page, tmp_path):
     message = answer_wrong(page, panel, solution, index(by_grade_id("e1_decode_check")))
     assert "e1_decode: 케이스 " in message and "✓" not in message, message
     shot(page, tmp_path, "7-ko-lesson02-wrong-answer")
+
+
+def test_jupyterlab_itself_speaks_korean_when_the_learner_picks_it(lab, page, tmp_path):
+    """requirements-ko.txt's language pack: the server offers Korean, and with the setting that Settings -> Language ->
+    Korean writes (written here directly, then removed: the other tests read English menus), JupyterLab's own menus
+    are Korean."""
+    from playwright.sync_api import expect
+
+    status, body = lab.server.get("/lab/api/translations/")
+    assert status == 200 and "ko_KR" in json.loads(body)["data"], body[:500]
+    setting = lab.user_settings / "@jupyterlab" / "translation-extension" / "plugin.jupyterlab-settings"
+    setting.parent.mkdir(parents=True, exist_ok=True)
+    setting.write_text(json.dumps({"locale": "ko_KR"}))
+    try:
+        page.goto(f"{lab.url}/lab?reset&token={lab.token}")
+        menubar = page.locator("#jp-menu-panel")
+        # Edit, Run, Settings and Help, as the pack's jupyterlab.json translates them
+        for label in ("편집", "실행", "설정", "도움말"):
+            expect(menubar).to_contain_text(label)
+        shot(page, tmp_path, "8-ko-jupyterlab-menus")
+    finally:
+        setting.unlink()
 
 
 def test_validate_button_reports_the_unsolved_gpu_exercise(lab, page, tmp_path):
