@@ -12,7 +12,8 @@ The judge starts a new process, sandboxed like the kernel (grading/isolation.py)
    a cell the learner wrote or changed runs (no training, no patching, no prints). The lesson's own cells (code
    identical to the lesson's source, not solution cells) also contribute their assignments (`SIZES`, `DEVICE`,
    `TARGETS`: names a learner's function may use), each given at most `ASSIGNMENT_SECONDS` (a lesson cell that
-   trains a model is skipped, not waited for); a statement that fails is skipped;
+   trains a model is skipped, not waited for); a statement that fails is skipped; then torch's process-wide state
+   is put back as a fresh process has it (`fresh_torch_state`: a statement cut short can leave gradients off);
 3. the check collects, exactly as in a kernel, and the transcript is printed as the last line of output.
 
 The judge then judges that transcript. The learner's function still runs here (it is what is measured), so it could
@@ -150,6 +151,21 @@ def _rerun(argv: list[str], workdir: str, payload: str, request) -> tuple[list, 
     return [data["transcript"]], ""
 
 
+def fresh_torch_state() -> None:
+    """Put back the process-wide state of torch that a fresh process starts with: gradients on, autocast off.
+    A lesson's statement stopped by the alarm can leave it changed: a TimeoutError that lands between
+    `torch.set_grad_enabled(False)` and the `try` or `with` that would undo it (torch.no_grad's __enter__, an
+    optimizer's step) leaves gradients off for every later statement, and the learner's training step then fails
+    with "element 0 of tensors does not require grad" (lesson 03's Exercise 3.4 lost its point so, once, in CI). What
+    the measurement runs in is to be a fresh process's state, whatever ran before it."""
+    import torch
+
+    torch.set_grad_enabled(True)
+    for device in ("cpu", "cuda"):
+        torch.set_autocast_enabled(device, False)
+    torch.clear_autocast_cache()
+
+
 def _grading_dir() -> str:
     return os.path.dirname(os.path.abspath(__file__))
 
@@ -185,14 +201,16 @@ def main() -> int:
             f"<your definitions {index}>"  # readable source: the kit tells a stub from written code by it
         )
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        if timed:
-            signal.alarm(ASSIGNMENT_SECONDS)
         try:
-            exec(compile(code, filename, "exec"), namespace)
-        except BaseException as error:  # noqa: BLE001 - the alarm's TimeoutError too
+            if timed:
+                signal.alarm(ASSIGNMENT_SECONDS)
+            try:
+                exec(compile(code, filename, "exec"), namespace)
+            finally:
+                signal.alarm(0)
+        except BaseException as error:  # noqa: BLE001 - the alarm's TimeoutError too, wherever it landed
             skipped.append(f"{code.splitlines()[0][:40]} ({type(error).__name__}: {error})")
-        finally:
-            signal.alarm(0)
+    fresh_torch_state()
     try:
         args = [namespace[name] if name in namespace else eval(name, namespace) for name in request["args"]]
         kwargs = {k: eval(v, namespace) for k, v in request["kwargs"]}

@@ -546,6 +546,47 @@ def test_a_rerun_imports_nothing_the_kernel_left_in_its_folder(kit_dir, workdir,
     assert transcripts == [{"check": "e1_plus_two", "records": [{"label": "fn(2)", "value": wire.encode(3)}]}]
 
 
+GRAD_CHECKS = """
+from autograders.kit import call, check, expect_callable
+
+
+@check("e1_grad_step", points=1, rerun=True)
+def check_grad_step(fn):
+    expect_callable(fn, "grad_step")
+    call(fn, case="one backward")
+    return 1
+"""
+
+
+def test_a_rerun_measures_in_a_fresh_processs_torch_state(kit_dir, workdir, tmp_path):
+    """A lesson statement that leaves gradients off (as a TimeoutError from the 2 s alarm can, landing inside
+    torch.no_grad's __enter__: lesson 03's Exercise 3.4 lost its point so in CI) does not reach the measurement."""
+    from grading.judge import CheckCall, JudgeRequest
+    from grading.rerun import rerun
+
+    source = tmp_path / "lesson"
+    source.mkdir()
+    (source / "grad_checks.py").write_text(GRAD_CHECKS)
+    learner = "def grad_step():\n    w = torch.ones(2, requires_grad=True)\n    (w * 2).sum().backward()\n    return float(w.grad.sum())"
+    request = JudgeRequest(
+        seed=5,
+        cells=[],
+        definitions=[
+            ["import torch", False],
+            ["_LEFT_OFF = torch.set_grad_enabled(False)", True],  # the lesson's own statement, cut short
+            [learner, False],
+        ],
+        workdir=str(workdir),
+        source_dir=str(source),
+        kit_dir=kit_dir,
+        memory_gb=2,
+    )
+    transcripts, error = rerun(CheckCall("grad_checks", "check_grad_step", ("grad_step",), ()), request)
+    assert error == ""
+    records = {r["label"]: r for r in transcripts[0]["records"]}
+    assert records["one backward"] == {"label": "one backward", "value": wire.encode(4.0)}, records
+
+
 WRITTEN_CHECKS = """
 from autograders.kit import call, check, expect_callable, expect_close, reference
 
