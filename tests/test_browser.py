@@ -392,8 +392,13 @@ def saved_after_run_all(page, lab, slug: str):
     path = lab.lessons / slug / f"{slug}.ipynb"
     deadline = time.monotonic() + 60
     while True:
-        nb = nbformat.read(path, as_version=4)
-        if all(c.get("execution_count") for c in nb.cells if c.cell_type == "code"):
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except (
+            nbformat.reader.NotJSONError
+        ):  # read while the server writes it (truncated, then written in place)
+            nb = None
+        if nb is not None and all(c.get("execution_count") for c in nb.cells if c.cell_type == "code"):
             return nb
         assert time.monotonic() < deadline, f"{slug}: JupyterLab did not save the notebook after Run All"
         time.sleep(0.5)
