@@ -1260,7 +1260,6 @@ CALL_SCRIPT = "scripts/gpu_evidence_call.sh"
 #: call needs about 40 s more (the wheels' install, the packing): the first H200 call (2026-11-27, nine specs side by
 #: side, BUDGET=280) ran 288 s, 318 s of device time with the machine's start
 PLAN_BUDGET = 280.0
-PLAN_TIMEOUT_S = 420
 #: a session's device time, as the device tool lends it now (it was 30 minutes when this script was first planned)
 SESSION_DEVICE_S = 15 * 60
 

@@ -38,18 +38,18 @@ smi=$!
 [ $# -gt 1 ] && export GPU_EVIDENCE_CONCURRENT="$* (OMP_NUM_THREADS=$OMP_NUM_THREADS)"
 pids=()
 for spec in "$@"; do
-  part=${spec%%:*} lessons="" tag=p${spec%%:*}
+  part=${spec%%:*} selection="" tag=p${spec%%:*}
   if [[ $spec == *@* ]]; then
     part=${spec%%@*} list=${spec#*@}
-    lessons="--tests ${list//,/ }"
+    selection="--tests ${list//,/ }"
     tag=p$part-tests$((${#pids[@]} + 1))
   elif [[ $spec == *:* ]]; then
     list=${spec#*:}
-    lessons="--lessons ${list//,/ }"
+    selection="--lessons ${list//,/ }"
     tag=$tag-$(tr ',' '\n' <<<"$list" | cut -c1-2 | paste -sd-)
   fi
   (
-    timeout -k 10 $((BUDGET + 60)) python3 scripts/gpu_evidence.py --part "$part" $lessons --budget "$BUDGET" \
+    timeout -k 10 $((BUDGET + 60)) python3 scripts/gpu_evidence.py --part "$part" $selection --budget "$BUDGET" \
       --out "$W/$tag" >"$W/$tag.log" 2>&1
     echo "exit $?" >>"$W/$tag.log"
   ) &

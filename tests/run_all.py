@@ -16,6 +16,8 @@ import importlib.util
 import os
 import shutil
 
+from grading.submission import is_test_cell
+
 FRIENDLY = {"CheckFailed", "ExerciseNeeded", "NotGradedHere"}
 #: lessons the browser test serves with some exercises solved: their learner Run All is nbclient's
 SOLVED_IN_THE_BROWSER = ("02-numeric-formats", "03-amp-gradscaler")
@@ -40,11 +42,6 @@ def no_browser() -> str | None:
     if importlib.util.find_spec("playwright") is None:
         return "no browser driver: pip install -r requirements-test.txt"
     return None
-
-
-def is_graded_check(cell) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
 def is_friendly(error) -> bool:
@@ -102,13 +99,13 @@ def assert_run_all_stops_politely(nb, slug: str) -> None:
         kinds = [o.get("output_type") for o in c.outputs]
         assert kinds.index("error") > 1, f"{slug}: a cell says it showed recorded outputs but shows {kinds}"
     index, cell, error = found[0]
-    assert is_graded_check(cell), (
+    assert is_test_cell(cell), (
         f"{slug}: the first error of Run All is not in a graded check cell: {describe(index, cell, error)}"
     )
     # every graded check fails on the learner version (test_learner_versions.py asks nbgrader the same question)
     silent = [
         c.metadata["nbgrader"]["grade_id"]
         for c in nb.cells
-        if is_graded_check(c) and not any(o.get("output_type") == "error" for o in c.get("outputs", []))
+        if is_test_cell(c) and not any(o.get("output_type") == "error" for o in c.get("outputs", []))
     ]
     assert not silent, f"{slug}: graded checks that did not stop on the learner version: {silent}"

@@ -394,10 +394,8 @@ def saved_after_run_all(page, lab, slug: str):
     while True:
         try:
             nb = nbformat.read(path, as_version=4)
-        except (
-            nbformat.reader.NotJSONError
-        ):  # read while the server writes it (truncated, then written in place)
-            nb = None
+        except nbformat.reader.NotJSONError:
+            nb = None  # read while the server writes it (it truncates the file, then writes it in place)
         if nb is not None and all(c.get("execution_count") for c in nb.cells if c.cell_type == "code"):
             return nb
         assert time.monotonic() < deadline, f"{slug}: JupyterLab did not save the notebook after Run All"

@@ -518,13 +518,28 @@ sys.exit(0)
 """
 
 
-def test_a_rerun_imports_nothing_the_kernel_left_in_its_folder(kit_dir, workdir, tmp_path):
+def rerun_check(kit_dir, workdir, tmp_path, checks: str, check: str, args: tuple, definitions: list):
+    """grading.rerun.rerun of `check`, declared in a checks module whose source is `checks`, with these definitions
+    ([code, the lesson's own]) loaded first, in the sandbox: (transcripts, error)."""
     from grading.judge import CheckCall, JudgeRequest
     from grading.rerun import rerun
 
     source = tmp_path / "lesson"
     source.mkdir()
-    (source / "rerun_checks.py").write_text(RERUN_CHECKS)
+    (source / "lesson_checks.py").write_text(checks)
+    request = JudgeRequest(
+        seed=5,
+        cells=[],
+        definitions=definitions,
+        workdir=str(workdir),
+        source_dir=str(source),
+        kit_dir=kit_dir,
+        memory_gb=2,
+    )
+    return rerun(CheckCall("lesson_checks", check, args, ()), request)
+
+
+def test_a_rerun_imports_nothing_the_kernel_left_in_its_folder(kit_dir, workdir, tmp_path):
     for folder in (
         workdir,
         workdir / ".rerun",
@@ -532,16 +547,10 @@ def test_a_rerun_imports_nothing_the_kernel_left_in_its_folder(kit_dir, workdir,
         (folder / "autograders").mkdir(parents=True)
         (folder / "autograders" / "__init__.py").write_text("")
         (folder / "autograders" / "kit.py").write_text(PLANTED_KIT)
-    request = JudgeRequest(
-        seed=5,
-        cells=[],
-        definitions=[["def plus_two(x):\n    return x + 1  # wrong", False]],  # [code, the lesson's own]
-        workdir=str(workdir),
-        source_dir=str(source),
-        kit_dir=kit_dir,
-        memory_gb=2,
+    definitions = [["def plus_two(x):\n    return x + 1  # wrong", False]]
+    transcripts, error = rerun_check(
+        kit_dir, workdir, tmp_path, RERUN_CHECKS, "check_plus_two", ("plus_two",), definitions
     )
-    transcripts, error = rerun(CheckCall("rerun_checks", "check_plus_two", ("plus_two",), ()), request)
     assert error == ""
     assert transcripts == [{"check": "e1_plus_two", "records": [{"label": "fn(2)", "value": wire.encode(3)}]}]
 
@@ -561,27 +570,15 @@ def check_grad_step(fn):
 def test_a_rerun_measures_in_a_fresh_processs_torch_state(kit_dir, workdir, tmp_path):
     """A lesson statement that leaves gradients off (as a TimeoutError from the 2 s alarm can, landing inside
     torch.no_grad's __enter__: lesson 03's Exercise 3.4 lost its point so in CI) does not reach the measurement."""
-    from grading.judge import CheckCall, JudgeRequest
-    from grading.rerun import rerun
-
-    source = tmp_path / "lesson"
-    source.mkdir()
-    (source / "grad_checks.py").write_text(GRAD_CHECKS)
     learner = "def grad_step():\n    w = torch.ones(2, requires_grad=True)\n    (w * 2).sum().backward()\n    return float(w.grad.sum())"
-    request = JudgeRequest(
-        seed=5,
-        cells=[],
-        definitions=[
-            ["import torch", False],
-            ["_LEFT_OFF = torch.set_grad_enabled(False)", True],  # the lesson's own statement, cut short
-            [learner, False],
-        ],
-        workdir=str(workdir),
-        source_dir=str(source),
-        kit_dir=kit_dir,
-        memory_gb=2,
+    definitions = [
+        ["import torch", False],
+        ["_LEFT_OFF = torch.set_grad_enabled(False)", True],  # the lesson's own statement, cut short
+        [learner, False],
+    ]
+    transcripts, error = rerun_check(
+        kit_dir, workdir, tmp_path, GRAD_CHECKS, "check_grad_step", ("grad_step",), definitions
     )
-    transcripts, error = rerun(CheckCall("grad_checks", "check_grad_step", ("grad_step",), ()), request)
     assert error == ""
     records = {r["label"]: r for r in transcripts[0]["records"]}
     assert records["one backward"] == {"label": "one backward", "value": wire.encode(4.0)}, records

@@ -18,11 +18,11 @@ from run_all import (
     SOLVED_IN_THE_BROWSER,
     assert_run_all_stops_politely,
     is_friendly,
-    is_graded_check,
     no_browser,
 )
 
 from autograders.kit import GRADING_ENV
+from grading.submission import is_test_cell
 
 pytestmark = pytest.mark.slow  # executes the learner versions: the full tier
 
@@ -119,7 +119,7 @@ def test_a_check_run_before_its_exercise_says_what_to_run(learner_versions, slug
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     nb = released_folder(learner_versions, slug, tmp_path)
     first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    checks = [c for c in nb.cells if is_graded_check(c)]
+    checks = [c for c in nb.cells if is_test_cell(c)]
     nb.cells = [nb.cells[first_code], *checks]
     execute(nb, tmp_path)
     for cell in checks:

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from execute_solutions import execute_notebook  # noqa: E402
 
 from autograders.kit import GRADING_ENV  # noqa: E402
+from grading.submission import is_test_cell  # noqa: E402
 
 SUMMARY_MARK = "GPU_EVIDENCE_SUMMARY "
 # run after the notebook's own cells: the lesson's SUMMARY dict (lessons 05-08 keep one), as JSON on one line
@@ -33,12 +34,6 @@ SUMMARY_PROBE = (
 )
 SLUGS = sorted(p.parent.name for p in (ROOT / "solutions").glob("*/*.ipynb"))
 CELL_TIMEOUT = 600
-
-
-def autograded(cell) -> bool:
-    """A check cell: graded by its tests (nbgrader's grade without solution), not a written answer."""
-    meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
 def _text(cell) -> str:
@@ -78,7 +73,7 @@ def test_solution_runs_on_the_gpu_and_every_gpu_check_is_checked(slug, tmp_path,
     }
     assert not any("CPU only" in text for text in texts), "the kernel did not see the GPU"
     for cell in nb.cells:
-        if not autograded(cell):
+        if not is_test_cell(cell):
             continue  # written answers (w*) are graded by hand and print nothing
         text = _text(cell)
         # a library may warn on stderr before the check's verdict (torchao's SyntaxWarning on Python 3.12, memlab's
