@@ -134,6 +134,9 @@ def judge_cell(cell: CellRequest, request: JudgeRequest) -> CellVerdict:
         text = f"the cell {cell.grade_id} calls the check of {declared.cell}"
         return CellVerdict(cell.grade_id, False, text, ename="GradingError", flag=text)
     if declared.rerun and not _unwritten_in_kernel(cell):
+        not_here = _judged_not_gradable_here(declared, call, cell)
+        if not_here is not None:
+            return _cell_verdict(cell, declared, not_here)
         from grading.rerun import rerun
 
         transcripts, error = rerun(call, request)
@@ -157,7 +160,15 @@ def judge_cell(cell: CellRequest, request: JudgeRequest) -> CellVerdict:
     except (ValueError, TypeError, KeyError) as malformed:
         text = f"the record of the check is malformed ({malformed})"
         return CellVerdict(cell.grade_id, False, text, ename="GradingError", flag=f"{cell.grade_id}: {text}")
-    verdict = kit.judge(declared, transcript, len(call.args), [k for k, _ in call.kwargs])
+    return _cell_verdict(
+        cell, declared, kit.judge(declared, transcript, len(call.args), [k for k, _ in call.kwargs])
+    )
+
+
+def _cell_verdict(cell: CellRequest, declared, verdict) -> CellVerdict:
+    """The cell's verdict from its check's (kit.Verdict)."""
+    from autograders import kit
+
     if (
         verdict.passed and cell.error
     ):  # the check passed, but something else in its cell failed (a hidden test)
@@ -183,6 +194,30 @@ def _unwritten_in_kernel(cell: CellRequest) -> bool:
         return kit.stopped_unwritten(kit.Transcript.from_data(cell.transcripts[0]))
     except (ValueError, TypeError, KeyError):
         return False
+
+
+def _judged_not_gradable_here(declared, call: CheckCall, cell: CellRequest):
+    """The verdict on the kernel's one record of the check where, judged here, it ends at a `needs_hardware` this
+    machine does not meet (a grader without a GPU); else None. Then the check is not collected again: the collection
+    again (a sandboxed process that imports torch and loads the learner's definitions: seconds per check) could not
+    earn a point here: a check calls `needs_hardware` before any pass, never around a branch or after a return
+    (tests/test_judge.py checks every check that is collected again), so a fresh record either fails a stage before
+    it (no point) or stops at it (no point). A forged record that stops there earns nothing either."""
+    from autograders import kit
+
+    if len(cell.transcripts) != 1:
+        return None
+    try:
+        transcript = kit.Transcript.from_data(cell.transcripts[0])
+        verdict = kit.judge(declared, transcript, len(call.args), [k for k, _ in call.kwargs])
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        RuntimeError,
+    ):  # malformed, or a check's bug: judged the usual way
+        return None
+    return verdict if verdict.not_graded and not verdict.forged else None
 
 
 def judge_all(request: JudgeRequest) -> JudgeReply:
