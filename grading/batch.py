@@ -105,6 +105,14 @@ def student_id(index: int, name: str) -> str:
     return f"s{index:04d}-{safe[:40] or 'student'}"
 
 
+def grading_order(indexed: list[tuple[int, str]], lessons: list[str]) -> list[tuple[int, str, str]]:
+    """The order submissions start in: lesson by lesson, the last lesson first, each lesson's students in order.
+    This course's later lessons are the slow ones to grade (a solved lesson 08 or 06 takes several times lesson 02's
+    time: results/grading_benchmark.json); started first, they do not leave one long notebook running alone at the
+    end of a batch while the other jobs have nothing left to do."""
+    return [(index, student, slug) for slug in reversed(lessons) for index, student in indexed]
+
+
 def worker_server():
     """The server grade.py forks its workers from (multiprocessing's forkserver, started on first use), with
     `grading.worker.PRELOAD` imported once."""
@@ -488,28 +496,27 @@ def main(argv: list[str] | None = None) -> int:
         columns += FIXED_COLUMNS_END
         writer = CsvWriter(out, columns)
         tasks = []
-        for index, student in indexed:
+        for index, student, slug in grading_order(indexed, lessons):
             sid = student_id(index, student)
-            for slug in lessons:
-                work = run / "work" / f"{sid}-{slug}"
-                work.mkdir(parents=True)
-                tasks.append(
-                    Task(
-                        student=student,
-                        student_id=sid,
-                        lesson=slug,
-                        submission=str(submissions / student / slug),
-                        template=str(courses[chosen[(student, slug)]]),
-                        work_dir=str(work),
-                        kit_dir=str(kit),
-                        timeout=timeout,
-                        seed=seed,
-                        memory_gb=args.memory_limit,
-                        threads=threads,
-                        isolate=not args.no_isolation,
-                        run_demonstrations=args.run_demonstrations,
-                    )
+            work = run / "work" / f"{sid}-{slug}"
+            work.mkdir(parents=True)
+            tasks.append(
+                Task(
+                    student=student,
+                    student_id=sid,
+                    lesson=slug,
+                    submission=str(submissions / student / slug),
+                    template=str(courses[chosen[(student, slug)]]),
+                    work_dir=str(work),
+                    kit_dir=str(kit),
+                    timeout=timeout,
+                    seed=seed,
+                    memory_gb=args.memory_limit,
+                    threads=threads,
+                    isolate=not args.no_isolation,
+                    run_demonstrations=args.run_demonstrations,
                 )
+            )
         results = {}
         try:
             with ThreadPoolExecutor(max_workers=args.jobs) as pool:
