@@ -214,12 +214,15 @@ def _grade_real_lessons(tmp: Path) -> dict:
 def pytest_configure(config):
     """The simulations' disk cache (memlab.estimate.simulation_cache) of this run: a fresh folder, shared by the
     xdist workers (started after this, they inherit the variable), the kernels nbval starts and the judges grading
-    starts; never the machine's own cache, so that no test depends on what an earlier run left there."""
+    starts; never the machine's own cache, so that no test depends on what an earlier run left there. And
+    pytest-xdist's files in the order `pytest_collection_modifyitems` gives them."""
     import atexit
     import tempfile
 
     from memlab.estimate import CACHE_ENV
 
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: hand out files in our order (see below)
+        config.option.loadscopereorder = False
     if CACHE_ENV not in os.environ and not hasattr(config, "workerinput"):
         folder = tempfile.mkdtemp(prefix="memlab-simulations-")
         os.environ[CACHE_ENV] = folder
@@ -229,8 +232,31 @@ def pytest_configure(config):
 # ---- tiers: `-m "not slow"` is the fast tier (README, Develop) ----------------------------------------------------
 
 
+#: where CI's time went, file by file, in the last profiled run (scripts/ci_profile.py)
+CI_PROFILE = Path(__file__).resolve().parents[1] / "results" / "ci_profile.json"
+
+
+def profiled_seconds() -> dict[str, float]:
+    """{test file or notebook, relative to the repository: its seconds in the last profiled CI run}; {} without it."""
+    import json
+
+    try:
+        return dict(json.loads(CI_PROFILE.read_text())["pytest"]["pinned"]["seconds_by_file"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
 def pytest_collection_modifyitems(config, items):
-    """nbval's items execute a solution notebook: they belong to the full tier, with every test marked slow."""
+    """nbval's items execute a solution notebook: they belong to the full tier, with every test marked slow.
+
+    The slowest files run first: items are ordered by their file's seconds in the last profiled CI run, slowest
+    first (a stable sort: a file's items keep their order, and files the profile does not know come last, in
+    collection order). pytest-xdist's `--dist loadfile` hands files to the workers in this order (`pytest_configure`
+    turns off its own order, by number of tests, as `--no-loadscope-reorder` does), so that no long file (the
+    grading round trip, lesson 08's notebook) starts last and runs alone on one core at the end."""
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.slow)
+    seconds = profiled_seconds()
+    root = config.rootpath
+    items.sort(key=lambda item: -seconds.get(item.path.relative_to(root).as_posix(), 0.0))

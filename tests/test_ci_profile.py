@@ -42,7 +42,7 @@ def test_the_profile_has_every_step_and_each_report_s_slowest_items(tmp_path):
         "seconds": 300.25,
     }
     assert report["seconds_by_file"]["tests/test_kit.py"] == 2.0
-    assert report["seconds_by_file"]["solutions.01-memory-anatomy.01-memory-anatomy.ipynb"] == 2.0
+    assert report["seconds_by_file"]["solutions/01-memory-anatomy/01-memory-anatomy.ipynb"] == 2.0
 
 
 def test_the_command_writes_the_json_and_refuses_a_folder_without_steps(tmp_path):

@@ -53,7 +53,9 @@ def test_every_collected_again_check_calls_needs_hardware_unconditionally_before
             assert isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call), (
                 f"{declared.name}: needs_hardware inside a statement (a branch, a loop, a try) at line {stmt.lineno}"
             )
-        early = [n for stmt in body[: at[0]] for n in ast.walk(stmt) if isinstance(n, (ast.Return, ast.Yield))]
+        early = [
+            n for stmt in body[: at[0]] for n in ast.walk(stmt) if isinstance(n, (ast.Return, ast.Yield))
+        ]
         assert not early, f"{declared.name}: returns before its needs_hardware (line {early[0].lineno})"
     assert with_hardware >= 5
 
@@ -68,10 +70,12 @@ def test_needs_hardware_is_called_only_by_the_checks_themselves():
                 for d in fn.decorator_list
             )
             if not decorated:
-                assert not _calls_needs_hardware(fn), f"{name}.{fn.name} calls needs_hardware but is not a check"
+                assert not _calls_needs_hardware(fn), (
+                    f"{name}.{fn.name} calls needs_hardware but is not a check"
+                )
 
 
-CHECKS = '''
+CHECKS = """
 from autograders.kit import call, check, expect_close, needs_hardware, reference
 
 
@@ -81,7 +85,7 @@ def check_twice(fn):
     expect_close(got, reference(lambda: 4), case="fn(2) on the CPU", what="fn(2)")
     needs_hardware(cuda=True, passed="fn(2) on the CPU")
     return 1
-'''
+"""
 
 
 @pytest.fixture
@@ -107,7 +111,9 @@ def measured(tmp_path, monkeypatch):
 
     def cell(fn) -> judge.CellRequest:
         record = kit.collect(declared, [fn], {}).to_data()
-        return judge.CellRequest("e1_twice_check", "from judge_checks import check_twice\ncheck_twice(f)", [record])
+        return judge.CellRequest(
+            "e1_twice_check", "from judge_checks import check_twice\ncheck_twice(f)", [record]
+        )
 
     request = judge.JudgeRequest(seed=1, cells=[], source_dir=str(tmp_path))
     return cell, request, collected
