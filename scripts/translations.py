@@ -557,7 +557,7 @@ def update_catalog(old: Catalog | None, template: Catalog) -> Catalog:
     for message in template:
         if not message.id or old.get(message.id, message.context) is not None or message.id not in gone:
             continue
-        if not message.context or not message.context.startswith(CONTEXT) or "\n" in message.id:
+        if not message.context or not message.context.startswith(CONTEXT):
             continue
         source = gone[message.id]
         old.add(message.id, source.string, context=message.context, user_comments=source.user_comments)

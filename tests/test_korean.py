@@ -198,6 +198,29 @@ def test_changed_cell_is_fuzzy_removed_cell_obsolete_and_check_fails(built, caps
     assert len(korean.cells) == len(nb.cells)
 
 
+def test_an_unchanged_multi_line_docstring_keeps_its_translation_when_its_cells_code_changes(tmp_path):
+    """A docstring of several lines is one message, like a one-line comment: when only the code around it changes
+    (its cell's key does), it keeps its translation and is not fuzzy."""
+    docstring = '"""The toolkit helper.\n\n    It returns one."""'
+    korean = '"""이 강의의 도우미.\n\n    1을 돌려줍니다."""'
+    solutions = fixture_course(tmp_path)
+    path = solutions / SLUG / f"{SLUG}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].source = SETUP + f"\n\n\ndef helper():\n    {docstring}\n    return 1\n"
+    nbformat.write(nb, path)
+    translations = tmp_path / "translations"
+    tr.extract([SLUG], solutions=solutions, translations=translations)
+    po = translations / "ko" / f"{SLUG}.po"
+    translate(po, tokens={**KOREAN, docstring: korean})
+    nb.cells[1].source = nb.cells[1].source.replace("return 1", "return 1  # always")
+    nbformat.write(nb, path)
+    (status,) = tr.extract([SLUG], solutions=solutions, translations=translations)
+    kept = tr.read_catalog(po).get(docstring, "cell " + cell_key(nb.cells[1].source))
+    assert kept is not None and kept.string == korean and not kept.fuzzy
+    assert [text for _, text in status.untranslated] == ["# always"]
+    assert not status.fuzzy
+
+
 def test_an_obsolete_translation_comes_back_when_its_english_does(built):
     tmp = built.parent
     path = built / SLUG / f"{SLUG}.ipynb"
