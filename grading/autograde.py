@@ -38,7 +38,9 @@ from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Configurable
 
 from grading import isolation
+from grading.i18n import _
 from grading.submission import grade_id, is_test_cell, static_review
+from memlab.i18n import set_language
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_RESTARTS = 3  # runs of a notebook after the first, each without one more cell that had to be stopped
@@ -174,6 +176,9 @@ def _make_execute():
         def preprocess(self, nb, resources, km=None):
             settings = GradingSettings(config=self.config)
             info = resources.get("nbgrader", {})
+            # the notes speak the lesson's language (grade.py's worker has set it already; a plain `nbgrader
+            # autograde` grades notebooks of either edition in one process)
+            set_language(source_language(lesson_source(self.config, info)[1]))
             workdir = str(Path(resources.get("metadata", {}).get("path") or ".").resolve())
             seed = student_seed(settings.master_seed(), info.get("student", ""), info.get("assignment", ""))
             environment = (("COURSE_GRADING", "collect"), ("COURSE_GRADING_SEED", str(seed)))
@@ -205,7 +210,11 @@ def _make_execute():
                         self._execute(work, resources, stopped)
                     except CellStopped as stop:
                         stopped[stop.index] = stop.reason
-                        notes.append(f"cell {stop.index + 1} was stopped: {stop.reason}")
+                        notes.append(
+                            _("cell {number} was stopped: {reason}").format(
+                                number=stop.index + 1, reason=stop.reason
+                            )
+                        )
                         if attempt == MAX_RESTARTS:
                             self._not_run(work, stop.index)
                         continue
@@ -224,7 +233,9 @@ def _make_execute():
                     o.get("output_type") == "error" for o in cell.get("outputs", [])
                 ):
                     cell.outputs = [
-                        error_output("NotRun", f"the kernel was stopped {MAX_RESTARTS + 1} times")
+                        error_output(
+                            "NotRun", _("the kernel was stopped {count} times").format(count=MAX_RESTARTS + 1)
+                        )
                     ]
 
         def _execute(self, nb, resources, stopped: dict[int, str]) -> None:
@@ -242,7 +253,11 @@ def _make_execute():
                 for index, cell in enumerate(self.nb.cells):
                     if index in stopped:
                         if cell.cell_type == "code":
-                            cell.outputs = [error_output("CellStopped", f"not run: {stopped[index]}")]
+                            cell.outputs = [
+                                error_output(
+                                    "CellStopped", _("not run: {reason}").format(reason=stopped[index])
+                                )
+                            ]
                         continue
                     self._index = index
                     try:
@@ -252,15 +267,17 @@ def _make_execute():
                     except DeadKernelError:
                         raise CellStopped(index, self._death_reason()) from None
                     except Exception as error:  # nbclient lost the kernel (e.g. forked copies talking)
-                        text = f"the grader lost contact with the kernel ({type(error).__name__}: {error})"
+                        text = _("the grader lost contact with the kernel ({error})").format(
+                            error=f"{type(error).__name__}: {error}"
+                        )
                         raise CellStopped(index, text[:150]) from None
             self.set_widgets_metadata()
 
         def _death_reason(self) -> str:
             reasons = [w.reason for w in self._watches if w.reason]
             if reasons:
-                return f"the kernel was stopped: {reasons[-1]}"
-            return "the kernel died while it ran (os._exit, a crash, or out of memory)"
+                return _("the kernel was stopped: {reason}").format(reason=reasons[-1])
+            return _("the kernel died while it ran (os._exit, a crash, or out of memory)")
 
         async def _async_handle_timeout(self, timeout, cell=None):
             from queue import Empty
@@ -276,8 +293,10 @@ def _make_execute():
                     return {"content": {**self.error_on_timeout, "status": "error"}}
             await ensure_async(self.km.shutdown_kernel(now=True))
             reason = self._death_reason()
-            if "stopped:" not in reason:
-                reason = f"it ran past the {timeout} s limit and did not stop when interrupted"
+            if not any(w.reason for w in self._watches):  # not stopped by a limit of the sandbox
+                reason = _("it ran past the {seconds} s limit and did not stop when interrupted").format(
+                    seconds=timeout
+                )
             raise CellStopped(self._index, reason)
 
     return SandboxedExecute
@@ -313,6 +332,7 @@ def _make_judge_checks():
             seed = student_seed(settings.master_seed(), info.get("student", ""), info.get("assignment", ""))
             workdir = str(Path(resources.get("metadata", {}).get("path") or ".").resolve())
             source_dir, source = lesson_source(self.config, info)
+            set_language(source_language(source))
             cells, requests = [], []
             for cell in nb.cells:
                 if not is_test_cell(cell):
@@ -320,7 +340,11 @@ def _make_judge_checks():
                 found = transcripts_of(cell)
                 errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
                 if cell.source.startswith("# This cell (id:"):
-                    findings["notes"].append(f"{grade_id(cell)}: the check cell was missing and was put back")
+                    findings["notes"].append(
+                        _("{grade_id}: the check cell was missing and was put back").format(
+                            grade_id=grade_id(cell)
+                        )
+                    )
                 cells.append((cell, errors))
                 requests.append(
                     CellRequest(

@@ -61,6 +61,7 @@ from grading.course import (
     load_config,
     prepare_course,
 )
+from grading.i18n import _
 from grading.submission import declared_language
 from grading.types import Result, Task
 
@@ -142,16 +143,19 @@ def run_worker(task: Task, deadline: float, server) -> Result:
             os.killpg(proc.pid, signal.SIGKILL)
         isolation.kill_tree(proc.pid)
         proc.join()
-        return Result(
-            seconds=deadline, notes=[f"grading was stopped after {deadline:g} s (--notebook-timeout)"]
-        )
+        text = _("grading was stopped after {seconds} s (--notebook-timeout)", task.language)
+        return Result(seconds=deadline, notes=[text.format(seconds=f"{deadline:g}")])
     try:
         return Result.load(task.result_path)
     except (OSError, ValueError, TypeError):
         tail = log_path.read_text(errors="replace")[-300:]
         return Result(
             grader_error=True,
-            notes=[f"the grader's worker ended without a result (exit {proc.exitcode}): {tail}"],
+            notes=[
+                _("the grader's worker ended without a result (exit {code}): {tail}", task.language).format(
+                    code=proc.exitcode, tail=tail
+                )
+            ],
         )
 
 
@@ -159,7 +163,7 @@ def make_row(student: str, lesson: str, cells: list[tuple[str, float, bool]], re
     """A CSV row; a score of None is a written answer still to grade by hand. Every text is escaped."""
     row = {"student": csv_text(student, 200), "lesson": lesson}
     total = needs_manual = 0.0
-    for gid, points, _ in cells:
+    for gid, points, _manual in cells:
         score = result.scores.get(gid, 0.0)
         if score is None:
             row[gid] = ""
@@ -169,7 +173,7 @@ def make_row(student: str, lesson: str, cells: list[tuple[str, float, bool]], re
             total += float(score)
     row.update(
         total=f"{total:g}",
-        max=f"{sum(p for _, p, _ in cells):g}",
+        max=f"{sum(p for _gid, p, _manual in cells):g}",
         needs_manual=f"{needs_manual:g}",
         flags=csv_text("; ".join(result.flags)),
         notes=csv_text("; ".join(result.notes)),
@@ -183,14 +187,16 @@ def flag_copies(results: dict) -> None:
     for (student, _lesson), (_task, result) in sorted(results.items()):
         for gid, digest in result.fingerprints.items():
             owners.setdefault((gid, digest), []).append(student)
-    for (student, _lesson), (_task, result) in results.items():
+    for (student, _lesson), (task, result) in results.items():
         for gid, digest in result.fingerprints.items():
             others = [s for s in owners[(gid, digest)] if s != student]
             if others:
-                result.flags.append(
-                    f"{gid}: bit for bit the same work as {', '.join(others[:5])} (copied files, or the same "
-                    "code run with the same seeds)"
+                text = _(
+                    "{grade_id}: bit for bit the same work as {students} (copied files, or the same code run with "
+                    "the same seeds)",
+                    task.language,
                 )
+                result.flags.append(text.format(grade_id=gid, students=", ".join(others[:5])))
 
 
 # ---- the CSV ---------------------------------------------------------------------------------------------------
@@ -470,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         # notebook says it is Korean): one nbgrader course per edition in use, English first
         sources = editions(solutions)
         chosen = {}
-        for _, student in indexed:
+        for _index, student in indexed:
             for slug in lessons:
                 language = declared_language(submissions / student / slug, slug)
                 has_lesson = language in sources and (sources[language] / slug).is_dir()
@@ -480,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
             for language in [ENGLISH, *sorted(set(chosen.values()) - {ENGLISH})]:
                 name = "course" if language == ENGLISH else f"course-{language}"
                 courses[language] = prepare_course(run, sources[language], lessons if language == ENGLISH else
-                                                   sorted({s for (_, s), lang in chosen.items() if lang == language}),
+                                                   sorted({s for (_student, s), lang in chosen.items() if lang == language}),
                                                    name)  # fmt: skip
         except CourseError as error:
             print(f"grade.py: error: {error}", file=sys.stderr)
@@ -492,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
             timeout = load_config(course).Execute.timeout
         columns = ["student", "lesson"]
         for slug in lessons:
-            columns += [g for g, _, _ in cells[slug] if g not in columns]
+            columns += [g for g, _points, _manual in cells[slug] if g not in columns]
         columns += FIXED_COLUMNS_END
         writer = CsvWriter(out, columns)
         tasks = []
@@ -515,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
                     threads=threads,
                     isolate=not args.no_isolation,
                     run_demonstrations=args.run_demonstrations,
+                    language=chosen[(student, slug)],
                 )
             )
         results = {}
@@ -525,7 +532,9 @@ def main(argv: list[str] | None = None) -> int:
                     task = futures[future]
                     result = future.result()
                     edition = chosen[(task.student, task.lesson)]
-                    result.notes = _student_notes(task.student) + _edition_notes(edition) + result.notes
+                    result.notes = (
+                        _student_notes(task.student, edition) + _edition_notes(edition) + result.notes
+                    )
                     results[(task.student, task.lesson)] = (task, result)
                     row = make_row(task.student, task.lesson, cells[task.lesson], result)
                     writer.append(row)
@@ -555,15 +564,18 @@ def main(argv: list[str] | None = None) -> int:
 def _edition_notes(language: str) -> list[str]:
     from memlab.i18n import ENGLISH
 
-    return [] if language == ENGLISH else [f"graded against the {language} edition ({language}/solutions/)"]
+    if language == ENGLISH:
+        return []
+    return [
+        _("graded against the {language} edition ({language}/solutions/)", language).format(language=language)
+    ]
 
 
-def _student_notes(student: str) -> list[str]:
-    return (
-        ["the student folder's name starts with '.' (hidden on most systems): check it is a student"]
-        if student.startswith(".")
-        else []
+def _student_notes(student: str, language: str) -> list[str]:
+    text = _(
+        "the student folder's name starts with '.' (hidden on most systems): check it is a student", language
     )
+    return [text] if student.startswith(".") else []
 
 
 def _order(lessons: list[str]):

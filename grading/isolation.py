@@ -30,6 +30,8 @@ import sys
 import sysconfig
 import threading
 
+from grading.i18n import _
+
 SYSTEM_FOLDERS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt", "/sys")
 GPU_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # set by an instructor, they win over the CPU share
@@ -199,13 +201,17 @@ class Watch:
             if not members and not _alive(self.pid):
                 return
             if len(members) > self.limits.processes:
-                self.reason = f"it started more than {self.limits.processes} processes (the process limit)"
+                self.reason = _("it started more than {count} processes (the process limit)").format(
+                    count=self.limits.processes
+                )
             elif (
                 sum(_resident(p) for p in members) > self.limits.memory_bytes
                 and sum(_proportional(p) for p in members) > self.limits.memory_bytes
             ):
                 gib = self.limits.memory_bytes / 2**30
-                self.reason = f"its processes used more than {gib:.1f} GiB together (the memory limit)"
+                self.reason = _("its processes used more than {gib} GiB together (the memory limit)").format(
+                    gib=f"{gib:.1f}"
+                )
             if self.reason:
                 for p in [self.pid, *members]:
                     kill(p)

@@ -24,6 +24,8 @@ import importlib
 import json
 import sys
 
+from grading.i18n import _
+
 
 @dataclasses.dataclass
 class CellRequest:
@@ -128,10 +130,12 @@ def judge_cell(cell: CellRequest, request: JudgeRequest) -> CellVerdict:
 
     call = parse_check_cell(cell.source)
     if call is None:
-        return CellVerdict(cell.grade_id, False, "the check cell calls no check", ename="GradingError")
+        return CellVerdict(cell.grade_id, False, _("the check cell calls no check"), ename="GradingError")
     declared = load_check(call, request.source_dir)
     if declared.cell != cell.grade_id:
-        text = f"the cell {cell.grade_id} calls the check of {declared.cell}"
+        text = _("the cell {grade_id} calls the check of {other}").format(
+            grade_id=cell.grade_id, other=declared.cell
+        )
         return CellVerdict(cell.grade_id, False, text, ename="GradingError", flag=text)
     if declared.rerun and not _unwritten_in_kernel(cell):
         not_here = _judged_not_gradable_here(declared, call, cell)
@@ -147,21 +151,23 @@ def judge_cell(cell: CellRequest, request: JudgeRequest) -> CellVerdict:
     if not transcripts:
         if cell.error:
             return CellVerdict(cell.grade_id, False, cell.error, ename="Error", kernel_error=True)
-        text = (
-            f"the cell ran without an error, but showed no record of the check {declared.name} "
+        text = _(
+            "the cell ran without an error, but showed no record of the check {name} "
             "(was the check replaced, skipped or silenced?)"
-        )
+        ).format(name=declared.name)
         return CellVerdict(cell.grade_id, False, text, ename="GradingError", flag=f"{cell.grade_id}: {text}")
     if len(transcripts) > 1:
-        text = f"the cell showed {len(transcripts)} records of its check (one run shows one)"
+        text = _("the cell showed {count} records of its check (one run shows one)").format(
+            count=len(transcripts)
+        )
         return CellVerdict(cell.grade_id, False, text, ename="GradingError", flag=f"{cell.grade_id}: {text}")
     try:
         transcript = kit.Transcript.from_data(transcripts[0])
     except (ValueError, TypeError, KeyError) as malformed:
-        text = f"the record of the check is malformed ({malformed})"
+        text = _("the record of the check is malformed ({why})").format(why=malformed)
         return CellVerdict(cell.grade_id, False, text, ename="GradingError", flag=f"{cell.grade_id}: {text}")
     return _cell_verdict(
-        cell, declared, kit.judge(declared, transcript, len(call.args), [k for k, _ in call.kwargs])
+        cell, declared, kit.judge(declared, transcript, len(call.args), [k for k, _value in call.kwargs])
     )
 
 
@@ -209,7 +215,7 @@ def _judged_not_gradable_here(declared, call: CheckCall, cell: CellRequest):
         return None
     try:
         transcript = kit.Transcript.from_data(cell.transcripts[0])
-        verdict = kit.judge(declared, transcript, len(call.args), [k for k, _ in call.kwargs])
+        verdict = kit.judge(declared, transcript, len(call.args), [k for k, _value in call.kwargs])
     except (
         ValueError,
         TypeError,
@@ -235,7 +241,9 @@ def judge_all(request: JudgeRequest) -> JudgeReply:
         except (
             Exception
         ) as error:  # a bug of the grader: the cell loses nothing it can be blamed for silently
-            text = f"the judge itself failed on this cell ({type(error).__name__}: {error})"[:500]
+            text = _("the judge itself failed on this cell ({error})").format(
+                error=f"{type(error).__name__}: {error}"
+            )[:500]
             verdicts.append(CellVerdict(cell.grade_id, False, text, ename="GraderError"))
     return JudgeReply(verdicts)
 

@@ -33,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 
+from grading.i18n import _
+
 RERUN_TIMEOUT = 900.0
 ASSIGNMENT_SECONDS = 2  # what one assignment of a lesson's own cell may take in a rerun
 DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -136,7 +138,9 @@ def _rerun(argv: list[str], workdir: str, payload: str, request) -> tuple[list, 
     except subprocess.TimeoutExpired:
         return (
             [],
-            f"the measurement of your code, run again by the grader, took more than {RERUN_TIMEOUT:g} s",
+            _("the measurement of your code, run again by the grader, took more than {seconds} s").format(
+                seconds=f"{RERUN_TIMEOUT:g}"
+            ),
         )
     last = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
     try:
@@ -145,7 +149,8 @@ def _rerun(argv: list[str], workdir: str, payload: str, request) -> tuple[list, 
         data = None
     if proc.returncode != 0 or not isinstance(data, dict):
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        return [], f"your definitions, run again by the grader to measure them, failed: {tail[0][:300]}"
+        failed = _("your definitions, run again by the grader to measure them, failed: {error}")
+        return [], failed.format(error=tail[0][:300])
     if "error" in data:
         return [], str(data["error"])[:500]
     return [data["transcript"]], ""
@@ -178,7 +183,7 @@ def main() -> int:
     from autograders import kit  # collect mode, read from the environment at import
 
     def _too_long(signum, frame):
-        raise TimeoutError(f"took more than {ASSIGNMENT_SECONDS} s")
+        raise TimeoutError(_("took more than {seconds} s").format(seconds=ASSIGNMENT_SECONDS))
 
     signal.signal(signal.SIGALRM, _too_long)
 
@@ -215,8 +220,10 @@ def main() -> int:
         args = [namespace[name] if name in namespace else eval(name, namespace) for name in request["args"]]
         kwargs = {k: eval(v, namespace) for k, v in request["kwargs"]}
     except Exception as error:
-        why = f"the check's arguments are not among your definitions ({error})"
-        print(json.dumps({"error": why + (f"; not loaded: {'; '.join(skipped)[:300]}" if skipped else "")}))
+        why = _("the check's arguments are not among your definitions ({error})").format(error=error)
+        if skipped:
+            why += "; " + _("not loaded: {what}").format(what="; ".join(skipped)[:300])
+        print(json.dumps({"error": why}))
         return 0
     transcript = kit.collect(declared, args, kwargs)
     print("\n" + json.dumps({"transcript": transcript.to_data()}))

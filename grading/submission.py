@@ -16,6 +16,8 @@ import os
 import shutil
 from pathlib import Path
 
+from grading.i18n import N_, _
+
 MAX_NOTEBOOK_BYTES = 100 * 2**20
 MAX_FOLDER_BYTES = 500 * 2**20
 SKIPPED_FOLDERS = {".ipynb_checkpoints", "__pycache__", "autograders", "memlab"}
@@ -41,36 +43,46 @@ def read_submission(folder: Path, slug: str):
 
     path = folder / f"{slug}.ipynb"
     if folder.parent.is_symlink():
-        raise Refused("the student folder is a symbolic link: not graded")
+        raise Refused(_("the student folder is a symbolic link: not graded"))
     if folder.is_symlink():
-        raise Refused(f"the {slug}/ folder is a symbolic link: not graded")
+        raise Refused(_("the {slug}/ folder is a symbolic link: not graded").format(slug=slug))
     if path.is_symlink():
-        raise Refused(f"{slug}.ipynb is a symbolic link: not graded (submit the notebook itself)")
+        raise Refused(
+            _("{slug}.ipynb is a symbolic link: not graded (submit the notebook itself)").format(slug=slug)
+        )
     if not path.is_file():
         raise Refused(missing_note(folder, slug))
     size = path.stat().st_size
     if size == 0:
-        raise Refused(f"{slug}.ipynb is an empty file (0 bytes)")
+        raise Refused(_("{slug}.ipynb is an empty file (0 bytes)").format(slug=slug))
     if size > MAX_NOTEBOOK_BYTES:
-        raise Refused(f"{slug}.ipynb is {size / 2**20:.0f} MiB, more than {MAX_NOTEBOOK_BYTES // 2**20} MiB")
+        raise Refused(
+            _("{slug}.ipynb is {size} MiB, more than {limit} MiB").format(
+                slug=slug, size=f"{size / 2**20:.0f}", limit=MAX_NOTEBOOK_BYTES // 2**20
+            )
+        )
     text = path.read_bytes()
     try:
         data = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise Refused(f"{slug}.ipynb is not a notebook (not valid JSON: {error})") from None
+        raise Refused(
+            _("{slug}.ipynb is not a notebook (not valid JSON: {error})").format(slug=slug, error=error)
+        ) from None
     if not isinstance(data, dict) or "nbformat" not in data:
-        raise Refused(f"{slug}.ipynb is JSON but not a notebook (no nbformat field)")
+        raise Refused(_("{slug}.ipynb is JSON but not a notebook (no nbformat field)").format(slug=slug))
     notes = []
     try:
         nb = nbformat.reads(text.decode("utf-8"), as_version=4)
     except Exception as error:  # nbformat's own validation and conversion errors
         raise Refused(
-            f"{slug}.ipynb could not be read as a notebook ({type(error).__name__}: {error})"
+            _("{slug}.ipynb could not be read as a notebook ({error})").format(
+                slug=slug, error=f"{type(error).__name__}: {error}"
+            )
         ) from None
     if data.get("nbformat") != 4:
-        notes.append(f"converted from nbformat {data.get('nbformat')} to 4")
+        notes.append(_("converted from nbformat {version} to 4").format(version=data.get("nbformat")))
     if not isinstance(nb.get("cells"), list):
-        raise Refused(f"{slug}.ipynb has no list of cells")
+        raise Refused(_("{slug}.ipynb has no list of cells").format(slug=slug))
     return nb, notes
 
 
@@ -94,9 +106,10 @@ def declared_language(folder: Path, slug: str) -> str:
 
 def missing_note(folder: Path, slug: str) -> str:
     if not folder.is_dir():
-        return f"missing: no {slug}/ folder"
+        return _("missing: no {slug}/ folder").format(slug=slug)
     found = sorted(p.name for p in folder.glob("*.ipynb"))
-    return f"missing: no {slug}/{slug}.ipynb" + (f" (found {', '.join(found)})" if found else "")
+    missing = _("missing: no {slug}/{slug}.ipynb").format(slug=slug)
+    return missing + (" " + _("(found {names})").format(names=", ".join(found)) if found else "")
 
 
 def copy_lesson_folder(src: Path, dest: Path, notebook_name: str) -> list[str]:
@@ -124,7 +137,9 @@ def copy_lesson_folder(src: Path, dest: Path, notebook_name: str) -> list[str]:
             size = path.stat().st_size
             if size > budget:
                 notes.append(
-                    f"{relative.as_posix()} was not copied ({size / 2**20:.0f} MiB: over the size budget)"
+                    _("{path} was not copied ({size} MiB: over the size budget)").format(
+                        path=relative.as_posix(), size=f"{size / 2**20:.0f}"
+                    )
                 )
                 continue
             budget -= size
@@ -132,42 +147,42 @@ def copy_lesson_folder(src: Path, dest: Path, notebook_name: str) -> list[str]:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
     if links:
-        notes.append(f"ignored symbolic link(s): {', '.join(sorted(links)[:5])}")
+        notes.append(_("ignored symbolic link(s): {paths}").format(paths=", ".join(sorted(links)[:5])))
     return notes
 
 
 #: names and attributes that reach into the grading machinery rather than solve an exercise
 STATIC_PATTERNS = {
-    "autograders": "imports the grading kit (autograders)",
-    "modules": "touches sys.modules",
-    "builtins": "touches builtins",
-    "__builtins__": "touches builtins",
-    "get_ipython": "drives IPython itself (get_ipython)",
-    "set_custom_exc": "changes how IPython shows errors (set_custom_exc)",
-    "input_transformers_cleanup": "transforms cell sources (IPython input transformers)",
-    "input_transformers_post": "transforms cell sources (IPython input transformers)",
-    "ast_transformers": "transforms cell code (IPython AST transformers)",
-    "showtraceback": "replaces IPython's error display",
-    "_getframe": "reads call-stack frames",
-    "currentframe": "reads call-stack frames",
-    "f_back": "reads call-stack frames",
-    "f_locals": "reads call-stack frames",
-    "f_globals": "reads call-stack frames",
-    "tb_frame": "reads call-stack frames",
-    "__closure__": "reads function closures",
-    "__globals__": "reads function globals",
-    "__code__": "reads or replaces function code",
-    "get_referrers": "searches the garbage collector",
-    "get_objects": "searches the garbage collector",
-    "ctypes": "uses ctypes (raw memory)",
-    "settrace": "installs a trace function",
-    "setprofile": "installs a profile function",
-    "addaudithook": "installs an audit hook",
-    "_exit": "exits the process (os._exit)",
-    "reload": "reloads modules",
-    "__import__": "imports by name at run time",
-    "import_module": "imports by name at run time",
-    "COURSE_GRADING": "reads or changes the grading mode",
+    "autograders": N_("imports the grading kit (autograders)"),
+    "modules": N_("touches sys.modules"),
+    "builtins": N_("touches builtins"),
+    "__builtins__": N_("touches builtins"),
+    "get_ipython": N_("drives IPython itself (get_ipython)"),
+    "set_custom_exc": N_("changes how IPython shows errors (set_custom_exc)"),
+    "input_transformers_cleanup": N_("transforms cell sources (IPython input transformers)"),
+    "input_transformers_post": N_("transforms cell sources (IPython input transformers)"),
+    "ast_transformers": N_("transforms cell code (IPython AST transformers)"),
+    "showtraceback": N_("replaces IPython's error display"),
+    "_getframe": N_("reads call-stack frames"),
+    "currentframe": N_("reads call-stack frames"),
+    "f_back": N_("reads call-stack frames"),
+    "f_locals": N_("reads call-stack frames"),
+    "f_globals": N_("reads call-stack frames"),
+    "tb_frame": N_("reads call-stack frames"),
+    "__closure__": N_("reads function closures"),
+    "__globals__": N_("reads function globals"),
+    "__code__": N_("reads or replaces function code"),
+    "get_referrers": N_("searches the garbage collector"),
+    "get_objects": N_("searches the garbage collector"),
+    "ctypes": N_("uses ctypes (raw memory)"),
+    "settrace": N_("installs a trace function"),
+    "setprofile": N_("installs a profile function"),
+    "addaudithook": N_("installs an audit hook"),
+    "_exit": N_("exits the process (os._exit)"),
+    "reload": N_("reloads modules"),
+    "__import__": N_("imports by name at run time"),
+    "import_module": N_("imports by name at run time"),
+    "COURSE_GRADING": N_("reads or changes the grading mode"),
 }
 
 
@@ -181,7 +196,7 @@ def static_review(nb, source) -> list[str]:
     for index, cell in enumerate(nb.cells):
         if cell.get("cell_type") != "code" or cell.source in source_texts:
             continue
-        where = grade_id(cell) or f"cell {index + 1}"
+        where = grade_id(cell) or _("cell {number}").format(number=index + 1)
         try:
             tree = ast.parse(cell.source)
         except SyntaxError:
@@ -220,8 +235,8 @@ def static_review(nb, source) -> list[str]:
                             *imported_modules,
                         }
                     ):
-                        found.append(f"replaces {ast.unparse(target)}")
-            found += [STATIC_PATTERNS[n] for n in names if n in STATIC_PATTERNS]
+                        found.append(_("replaces {target}").format(target=ast.unparse(target)))
+            found += [_(STATIC_PATTERNS[n]) for n in names if n in STATIC_PATTERNS]
         for text in dict.fromkeys(found):
-            findings.append(f"review: {where}: {text}")
+            findings.append(_("review: {where}: {what}").format(where=where, what=text))
     return findings[:10]

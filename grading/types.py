@@ -24,6 +24,7 @@ class Task:
     threads: int
     isolate: bool
     run_demonstrations: bool = False  # run the cells a lesson tags skip-when-grading too
+    language: str = "en"  # the edition graded against: the language of the row's notes (grading/i18n.py)
 
     @property
     def result_path(self) -> Path:

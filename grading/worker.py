@@ -29,8 +29,10 @@ from collections import Counter
 from pathlib import Path
 
 from grading.course import graded_cells, nbgrader_api
+from grading.i18n import _
 from grading.submission import Refused, copy_lesson_folder, grade_id, is_test_cell, read_submission
 from grading.types import Result, Task
+from memlab.i18n import set_language
 
 NOTE_CHARS = 300
 #: what the server that grade.py forks its workers from imports once (not the check kit: it reads the grading mode
@@ -53,7 +55,8 @@ def drop_unknown_grade_ids(nb, known: set[str]) -> list[str]:
         if "nbgrader" in cell.get("metadata", {}) and gid not in known:
             del cell.metadata["nbgrader"]
             if gid:
-                notes.append(f"a cell carried the unknown grade id {gid!r}: graded as an ordinary cell")
+                text = _("a cell carried the unknown grade id {grade_id}: graded as an ordinary cell")
+                notes.append(text.format(grade_id=repr(gid)))
     return notes
 
 
@@ -68,7 +71,8 @@ def keep_last_copies(nb) -> list[str]:
             seen[gid] += 1
             if seen[gid] < counts[gid]:
                 del cell.metadata["nbgrader"]
-    return [f"{gid} appears {n} times: only the last copy is graded" for gid, n in counts.items() if n > 1]
+    text = _("{grade_id} appears {count} times: only the last copy is graded")
+    return [text.format(grade_id=gid, count=n) for gid, n in counts.items() if n > 1]
 
 
 def put_back_solution_cells(nb, released) -> list[str]:
@@ -89,7 +93,11 @@ def put_back_solution_cells(nb, released) -> list[str]:
         restored["id"] = f"restored-{uuid.uuid4().hex[:12]}"
         nb.cells.insert(position, restored)
         present.add(gid)
-        notes.append(f"{gid}: the cell is missing from the notebook (put back as released: no answer)")
+        notes.append(
+            _("{grade_id}: the cell is missing from the notebook (put back as released: no answer)").format(
+                grade_id=gid
+            )
+        )
     return notes
 
 
@@ -100,8 +108,11 @@ def grade(task: Task) -> Result:
     work = Path(task.work_dir)
     source_folder = Path(task.template) / "solutions" / slug
     cells = graded_cells(source_folder)
-    result = Result(scores={g: 0.0 for g, _, _ in cells}, manual=[g for g, _, m in cells if m])
+    result = Result(
+        scores={g: 0.0 for g, _points, _manual in cells}, manual=[g for g, _points, m in cells if m]
+    )
     start = time.perf_counter()
+    set_language(task.language)  # this process grades one notebook: its notes speak the edition's language
     try:
         nb, notes = read_submission(Path(task.submission), slug)
     except Refused as refused:
@@ -138,7 +149,9 @@ def grade(task: Task) -> Result:
     outcome = api.autograde(slug, student, force=True, create=True)
     result.seconds = time.perf_counter() - start
     if not outcome["success"]:
-        result.notes.insert(0, "autograde failed: " + autograde_error(outcome)[:NOTE_CHARS])
+        result.notes.insert(
+            0, _("autograde failed: {error}").format(error=autograde_error(outcome)[:NOTE_CHARS])
+        )
         return result
     autograded_path = course / "autograded" / student / slug / f"{slug}.ipynb"
     autograded = nbformat.read(autograded_path, as_version=4)
@@ -165,9 +178,12 @@ def read_autograded(course: Path, slug: str, student: str, autograded, cells, re
     lost = {g for g, points, manual in cells if not manual and (result.scores.get(g) or 0) < points}
     result.notes += failure_notes(autograded, lost)
     for gid in result.manual:
-        result.notes.append(
-            f"{gid}: needs manual grading" if result.scores[gid] is None else f"{gid}: no answer written"
+        text = (
+            _("{grade_id}: needs manual grading")
+            if result.scores[gid] is None
+            else _("{grade_id}: no answer written")
         )
+        result.notes.append(text.format(grade_id=gid))
 
 
 def failure_notes(notebook, lost: set[str]) -> list[str]:
@@ -191,7 +207,7 @@ def failure_notes(notebook, lost: set[str]) -> list[str]:
             text = f"{error.get('ename', 'Error')}: {_first_line(error)}".rstrip(": ")
             if text not in texts:
                 texts.append(text)
-        notes.append(f"{gid}: " + (" / ".join(texts) or "no points")[:NOTE_CHARS])
+        notes.append(f"{gid}: " + (" / ".join(texts) or _("no points"))[:NOTE_CHARS])
     return notes
 
 

@@ -14,7 +14,8 @@ standard library's `gettext` (no Babel at run time). A fuzzy or empty translatio
 stays English. The check kit's messages (autograders/kit.py, autograders/lessonNN.py) are a catalogue of their own,
 `translations/<language>/autograders.po`, compiled into `autograders/locale/` the same way and read through
 `translator("autograders", ...)`: a check speaks the language of the kernel it runs in, and the judge speaks the
-language of the lesson it grades (grading/judge.py). `use` also asks memlab.plots for a font that has the language's letters (Hangul for "ko").
+language of the lesson it grades (grading/judge.py). The grader's own notes and verdicts are a third catalogue,
+`translations/<language>/grading.po` (grading/i18n.py): a Korean submission's row of the CSV is in Korean. `use` also asks memlab.plots for a font that has the language's letters (Hangul for "ko").
 """
 
 from __future__ import annotations
@@ -36,13 +37,19 @@ _catalogues: dict[
 
 def use(language: str) -> None:
     """Speak `language` ("en" or "ko") from now on in this process: memlab's messages and the plots' font."""
-    global _language, _translation
-    if language not in LANGUAGES:
-        raise ValueError(f"memlab.i18n.use: unknown language {language!r}; one of {', '.join(LANGUAGES)}")
-    _language = language
+    set_language(language)
     from memlab import plots  # here, not at the top: plots imports matplotlib, i18n is imported by everything
 
     plots.use_language_font(language)
+
+
+def set_language(language: str) -> None:
+    """The messages only (every catalogue's `_`), not the plots' font: what a grader's process that draws nothing
+    sets (grading/worker.py)."""
+    global _language
+    if language not in LANGUAGES:
+        raise ValueError(f"memlab.i18n.use: unknown language {language!r}; one of {', '.join(LANGUAGES)}")
+    _language = language
 
 
 def language() -> str:
@@ -56,13 +63,16 @@ def translator(domain: str, localedir: Path):
     the language `use` set when it is called, English where untranslated. memlab's own `_` is one, the check kit's
     (autograders/kit.py) another."""
 
-    def _(message: str) -> str:
-        if _language == ENGLISH:
+    def _(message: str, language: str | None = None) -> str:
+        """`message` in `language`, or in the process's language (`use`) without it: a thread that speaks for one
+        row of a class (grading/batch.py) names its language rather than set the process's."""
+        language = language or _language
+        if language == ENGLISH:
             return message
-        key = (domain, str(localedir), _language)
+        key = (domain, str(localedir), language)
         if key not in _catalogues:
             _catalogues[key] = gettext.translation(
-                domain, localedir=localedir, languages=[_language], fallback=True
+                domain, localedir=localedir, languages=[language], fallback=True
             )
         return _catalogues[key].gettext(message)
 

@@ -32,11 +32,13 @@ text is unchanged keeps its translation (not fuzzy) when only the code around it
 and an obsolete translation of exactly the English needed again comes back. Output is deterministic: messages in
 cell order, fixed POT-Creation-Date, no dates written by this tool.
 
-Two catalogues translate code, not notebooks (`CODE_CATALOGUES`): `translations/ko/memlab.po`, memlab's own printed
-messages (`memlab.i18n._` in memlab/*.py), and `translations/ko/autograders.po`, the check kit's messages (`_` in
-autograders/kit.py and autograders/lessonNN.py: every CheckFailed, the ✓ line, NOT CHECKED HERE). `extract memlab`
-and `extract autograders` update them with Babel's Python extractor, and scripts/build_lessons.py compiles each to
-<package>/locale/ (package data the kernel and the grader's judge read with the standard library's gettext).
+Three catalogues translate code, not notebooks (`CODE_CATALOGUES`): `translations/ko/memlab.po`, memlab's own
+printed messages (`memlab.i18n._` in memlab/*.py); `translations/ko/autograders.po`, the check kit's messages (`_` in
+autograders/kit.py and autograders/lessonNN.py: every CheckFailed, the ✓ line, NOT CHECKED HERE); and
+`translations/ko/grading.po`, the grader's notes in the CSV and its own verdicts (`_` and `N_` in grading/*.py).
+`extract memlab`, `extract autograders` and `extract grading` update them with Babel's Python extractor, and
+scripts/build_lessons.py compiles each to <package>/locale/ (package data the kernel and the grader's judge read
+with the standard library's gettext).
 """
 
 from __future__ import annotations
@@ -67,8 +69,9 @@ LANGUAGES = ("ko",)  # the languages an edition can be built in; English is the 
 LANGUAGE_NAMES = {"ko": "Korean"}
 MEMLAB = "memlab"  # the catalogue of memlab's own messages (translations/<lang>/memlab.po)
 AUTOGRADERS = "autograders"  # the check kit's messages (translations/<lang>/autograders.po)
+GRADING = "grading"  # the grader's notes and verdicts (translations/<lang>/grading.po, grading/i18n.py)
 #: the catalogues of code: each is the package of that name's `_("...")` messages, compiled into <package>/locale/
-CODE_CATALOGUES = (MEMLAB, AUTOGRADERS)
+CODE_CATALOGUES = (MEMLAB, AUTOGRADERS, GRADING)
 FIXED_DATE = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 CONTEXT = "cell "
 NBGRADER_MARKERS = {
@@ -468,7 +471,7 @@ def code_template(domain: str, language: str = "ko", root: Path = ROOT) -> Catal
     template = new_catalog(language, domain, header)
     for path in sorted(package.glob("*.py")):
         for lineno, message, comments, context in extract_from_file(
-            "python", str(path), keywords={"_": None}, comment_tags=("Translators:",)
+            "python", str(path), keywords={"_": None, "N_": None}, comment_tags=("Translators:",)
         ):
             flags = ["python-brace-format"] if re.search(r"\{\w*[^{}]*\}", message) else []
             template.add(

@@ -26,6 +26,13 @@ HANGUL = re.compile("[가-힣]")
 HANDS_IN_A_RUN, COPY_CHECK = "08-capstone-7b-lora", "e3_graded_run_check"  # lesson 08: its run and its check
 
 
+def said(real_grading, student: str, message: str, **fields) -> str:
+    """A note of the grader's own as it reads in `student`'s row: in the language of the edition graded against."""
+    from grading.i18n import _
+
+    return _(message, real_grading.language(student)).format(**fields)
+
+
 def _split(slug, solutions):
     points = graded_cells(solutions / slug / f"{slug}.ipynb")
     auto = {g: p for g, p in points.items() if g.endswith("_check")}
@@ -44,12 +51,22 @@ def test_solution_gets_full_points(real_grading, slug, student):
     assert all(float(row[g]) == 0 for g in not_graded_here)
     assert sum(auto.values()) == 10 and sum(manual.values()) == 2
     assert float(row["max"]) == 12 and float(row["needs_manual"]) == 2
-    assert all(row[g] == "" and f"{g}: needs manual grading" in row["notes"] for g in manual)
+    assert all(
+        row[g] == ""
+        and said(real_grading, student, "{grade_id}: needs manual grading", grade_id=g) in row["notes"]
+        for g in manual
+    )
     assert float(row["total"]) == 10 - sum(auto[g] for g in not_graded_here)
     # the course's own solution trips no tampering detector; lesson 08's graded run, handed in by both solved
     # students (the same fixture run), is flagged as the same work in each edition: copy detection spans editions
     other = next((s for s in SOLVED if s != student and s in real_grading.graded), None)
-    copied = f"{COPY_CHECK}: bit for bit the same work as {other} (copied files, or the same code run with the same seeds)"
+    copied = said(
+        real_grading,
+        student,
+        "{grade_id}: bit for bit the same work as {students} (copied files, or the same code run with the same seeds)",
+        grade_id=COPY_CHECK,
+        students=other,
+    )
     assert row["flags"] == (copied if slug == HANDS_IN_A_RUN and other else ""), row["flags"]
 
 
@@ -85,7 +102,10 @@ def test_learner_version_gets_zero(real_grading, slug, student):
     assert {g: float(row[g]) for g in [*auto, *manual]} == dict.fromkeys([*auto, *manual], 0.0), row["notes"]
     assert float(row["total"]) == 0 and float(row["max"]) == 12 and float(row["needs_manual"]) == 0
     assert all(f"{g}: " in row["notes"] for g in auto)  # each lost cell says why
-    assert all(f"{g}: no answer written" in row["notes"] for g in manual)
+    assert all(
+        said(real_grading, student, "{grade_id}: no answer written", grade_id=g) in row["notes"]
+        for g in manual
+    )
     assert row["flags"] == ""
 
 
@@ -103,7 +123,9 @@ def test_csv_agrees_with_the_gradebook(real_grading, slug):
                 submission = gradebook.find_submission(slug, record.id)
                 row = real_grading.row(student, slug)
                 assert (float(row["total"]), float(row["max"])) == (submission.score, submission.max_score)
-                assert ("graded against the ko edition" in row["notes"]) == (edition == "ko")
+                # the edition's note, in its own language (grading/i18n.py), and the other notes in it too
+                assert ("언어판 ko 기준으로 채점했습니다(ko/solutions/)" in row["notes"]) == (edition == "ko")
+                assert ("needs manual grading" in row["notes"]) == (edition == "en" and "solved" in student)
 
 
 @pytest.mark.parametrize("slug", SLUGS)

@@ -1,4 +1,5 @@
-"""The judge's choice of whether to collect a measurement again (grading/judge.py, `Check.rerun`).
+"""The judge's choice of whether to collect a measurement again (grading/judge.py, `Check.rerun`), and the
+grader's own words in the lesson's language (grading/i18n.py).
 
 A check that measures the learner's code is collected again in a fresh sandboxed process, seconds per check. Where
 the grader's machine lacks what the check needs (a GPU), that collection cannot earn a point, so the judge judges
@@ -141,3 +142,44 @@ def test_a_forged_record_is_collected_again(measured):
     forged.transcripts[0]["records"][0]["label"] = "fn(3) on the CPU"  # not this check's step
     judge.judge_cell(forged, request)
     assert len(collected) == 1
+
+
+# ---- the grader's own words, in the lesson's language (grading/i18n.py) -------------------------------------------
+
+
+def test_the_graders_notes_and_verdicts_speak_the_language_set(tmp_path):
+    """A worker sets its notebook's language once; a note or a verdict of the grader's own is then in it."""
+    from grading.batch import _edition_notes, _student_notes
+    from grading.submission import Refused, read_submission
+    from memlab import i18n
+
+    (tmp_path / "00-fixture").mkdir()
+    (tmp_path / "00-fixture" / "00-fixture.ipynb").write_bytes(b"")
+    request = judge.JudgeRequest(seed=1, cells=[])
+    silent = judge.CellRequest(
+        "e1_square_check", "from fixture_checks import check_square\ncheck_square(f)", []
+    )
+    try:
+        i18n.set_language("ko")
+        with pytest.raises(Refused, match=r"00-fixture\.ipynb 파일이 비어 있습니다\(0바이트\)"):
+            read_submission(tmp_path / "00-fixture", "00-fixture")
+        sys.path.append(str(ROOT / "tests" / "fixtures" / "minicourse" / "solutions" / "00-fixture"))
+        verdict = judge.judge_cell(silent, request)
+        assert (
+            verdict.ename == "GradingError"
+            and "e1_square 검사의 기록을 보여 주지 않았습니다" in verdict.message
+        )
+    finally:
+        i18n.set_language("en")
+        sys.path.pop()
+    # grade.py's threads name each row's language instead
+    assert _student_notes(".hidden", "ko") == [
+        "학생 폴더 이름이 '.'으로 시작합니다(대부분의 시스템에서 숨김 폴더). 학생 폴더가 맞는지 확인하세요"
+    ]
+    assert (
+        _edition_notes("ko") == ["언어판 ko 기준으로 채점했습니다(ko/solutions/)"]
+        and _edition_notes("en") == []
+    )
+    assert _student_notes(".hidden", "en")[0].startswith("the student folder's name starts with '.'")
+    verdict = judge.judge_cell(silent, judge.JudgeRequest(seed=1, cells=[], source_dir=str(tmp_path)))
+    assert "showed no record of the check e1_square" in verdict.message

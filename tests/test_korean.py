@@ -664,8 +664,8 @@ def test_relative_links_still_name_the_same_file_from_the_deeper_edition_folder(
 @pytest.mark.slow
 def test_a_class_of_both_editions_is_graded_each_against_its_own(built, tmp_path):
     """grade.py on Korean and English notebooks of the same lesson: each graded against its edition's sources (the
-    Korean in the run's course-ko), the same columns and points, the Korean verdicts in Korean, a note naming the
-    edition; a Korean learner version gets zero."""
+    Korean in the run's course-ko), the same columns and points, the Korean verdicts and the grader's own notes in
+    Korean, a note naming the edition; a Korean learner version gets zero."""
     from nbgrader_pipeline import graded_cells
 
     korean = built.parent / "ko"
@@ -698,8 +698,10 @@ def test_a_class_of_both_editions_is_graded_each_against_its_own(built, tmp_path
         here = {g: p for g, p in auto.items() if f"{g}: NotGradedHere" not in row["notes"]}
         assert {g: float(row[g]) for g in here} == here and len(here) >= len(auto) - 1, row["notes"]
     assert all(float(cho[g]) == 0 for g in auto) and float(cho["total"]) == 0
-    assert "graded against the ko edition" in ada["notes"] and "graded against the ko edition" in cho["notes"]
-    assert "edition" not in bob["notes"]
+    # the grader's own notes speak the edition's language too: the edition, the answer to grade by hand
+    assert "언어판 ko 기준으로 채점했습니다(ko/solutions/)" in ada["notes"] and "언어판 ko" in cho["notes"]
+    assert "w1_square_sign: 수동 채점 필요" in ada["notes"] and "needs manual grading" not in ada["notes"]
+    assert "edition" not in bob["notes"] and "w1_square_sign: needs manual grading" in bob["notes"]
 
     def check_outputs(course: str, student: str) -> str:
         (path,) = (tmp_path / "run" / course / "autograded").glob(f"s*-{student}/{SLUG}/{SLUG}.ipynb")
