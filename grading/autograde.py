@@ -332,7 +332,6 @@ def _make_judge_checks():
             seed = student_seed(settings.master_seed(), info.get("student", ""), info.get("assignment", ""))
             workdir = str(Path(resources.get("metadata", {}).get("path") or ".").resolve())
             source_dir, source = lesson_source(self.config, info)
-            set_language(source_language(source))
             cells, requests = [], []
             for cell in nb.cells:
                 if not is_test_cell(cell):

@@ -189,17 +189,25 @@ def _cell_verdict(cell: CellRequest, declared, verdict) -> CellVerdict:
     )
 
 
+def _kernel_record(cell: CellRequest):
+    """The kernel's one record of the check (kit.Transcript), or None: none, several, or malformed."""
+    from autograders import kit
+
+    if len(cell.transcripts) != 1:
+        return None
+    try:
+        return kit.Transcript.from_data(cell.transcripts[0])
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 def _unwritten_in_kernel(cell: CellRequest) -> bool:
     """The kernel's one record of the check stopped because the learner's code is not written (kit.stopped_unwritten):
     then there is nothing to measure again, and the kernel's record is judged."""
     from autograders import kit
 
-    if len(cell.transcripts) != 1:
-        return False
-    try:
-        return kit.stopped_unwritten(kit.Transcript.from_data(cell.transcripts[0]))
-    except (ValueError, TypeError, KeyError):
-        return False
+    record = _kernel_record(cell)
+    return record is not None and kit.stopped_unwritten(record)
 
 
 def _judged_not_gradable_here(declared, call: CheckCall, cell: CellRequest):
@@ -211,17 +219,17 @@ def _judged_not_gradable_here(declared, call: CheckCall, cell: CellRequest):
     it (no point) or stops at it (no point). A forged record that stops there earns nothing either."""
     from autograders import kit
 
-    if len(cell.transcripts) != 1:
+    record = _kernel_record(cell)
+    if record is None:
         return None
     try:
-        transcript = kit.Transcript.from_data(cell.transcripts[0])
-        verdict = kit.judge(declared, transcript, len(call.args), [k for k, _value in call.kwargs])
+        verdict = kit.judge(declared, record, len(call.args), [k for k, _value in call.kwargs])
     except (
         ValueError,
         TypeError,
         KeyError,
         RuntimeError,
-    ):  # malformed, or a check's bug: judged the usual way
+    ):  # a record or a check it cannot judge: the usual way
         return None
     return verdict if verdict.not_graded and not verdict.forged else None
 

@@ -15,7 +15,8 @@ stays English. The check kit's messages (autograders/kit.py, autograders/lessonN
 `translations/<language>/autograders.po`, compiled into `autograders/locale/` the same way and read through
 `translator("autograders", ...)`: a check speaks the language of the kernel it runs in, and the judge speaks the
 language of the lesson it grades (grading/judge.py). The grader's own notes and verdicts are a third catalogue,
-`translations/<language>/grading.po` (grading/i18n.py): a Korean submission's row of the CSV is in Korean. `use` also asks memlab.plots for a font that has the language's letters (Hangul for "ko").
+`translations/<language>/grading.po` (grading/i18n.py): a Korean submission's row of the CSV is in Korean. `use`
+also asks memlab.plots for a font that has the language's letters (Hangul for "ko").
 """
 
 from __future__ import annotations

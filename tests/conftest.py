@@ -138,9 +138,8 @@ def real_grading(tmp_path_factory):
         course=courses["en"],
         courses=courses,
         autograded=autograded,
-        language=lambda student: STUDENTS[student][
-            0
-        ],  # the language of the edition a student is graded against
+        # the language of the edition a student is graded against
+        language=lambda student: STUDENTS[student][0],
         stdout=graded["stdout"],
         stderr=graded["stderr"],
     )
