@@ -114,15 +114,15 @@ def grading_order(indexed: list[tuple[int, str]], lessons: list[str]) -> list[tu
     return [(index, student, slug) for slug in reversed(lessons) for index, student in indexed]
 
 
-def worker_server():
-    """The server grade.py forks its workers from (multiprocessing's forkserver, started on first use), with
-    `grading.worker.PRELOAD` imported once."""
+def worker_server(lesson_notebooks: list[Path]):
+    """The server grade.py forks its workers from (multiprocessing's forkserver, started on first use), with what
+    grading these lessons needs imported once (`grading.worker.preload_for`)."""
     import multiprocessing.forkserver
 
-    from grading.worker import PRELOAD
+    from grading.worker import preload_for
 
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
+    context.set_forkserver_preload(preload_for(lesson_notebooks))
     multiprocessing.forkserver.ensure_running()  # it imports while the courses are prepared
     return context
 
@@ -468,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f", shard {shard[0]}/{shard[1]}" if shard else ""),
         file=sys.stderr,
     )
-    server = worker_server()
+    server = worker_server([solutions / slug / f"{slug}.ipynb" for slug in lessons])
     from memlab.i18n import ENGLISH  # here, not at the top: memlab imports torch (a refusal above is at once)
 
     with run_folder(args.keep) as run:

@@ -79,6 +79,7 @@ def prepare_course(run: Path, solutions: Path, lessons: list[str], name: str = "
     for slug in lessons:
         ignore = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", *HANDED_IN)
         shutil.copytree(solutions / slug, course / "solutions" / slug, ignore=ignore)
+    create_gradebook(course / "gradebook.db")
     api = nbgrader_api(course)
     for slug in lessons:
         result = api.generate_assignment(slug, force=True, create=True)
@@ -87,6 +88,30 @@ def prepare_course(run: Path, solutions: Path, lessons: list[str], name: str = "
                 f"nbgrader generate_assignment {slug} failed:\n{result.get('error') or result.get('log')}"
             )
     return course
+
+
+def create_gradebook(path: Path) -> None:
+    """An empty nbgrader gradebook at `path`, as nbgrader's own `Gradebook` makes one, its schema revision included.
+    nbgrader reads that revision by running the `alembic` command in a new process (`nbgrader.api.get_alembic_version`,
+    2-3 s of every grading run's start); here alembic's own `ScriptDirectory` reads it from nbgrader's migrations
+    in this process. The revision is recorded first, so `Gradebook` finds an existing database and only creates its
+    tables (tests/test_grading_startup.py compares the two gradebooks)."""
+    from alembic.script import ScriptDirectory
+    from nbgrader.api import Gradebook
+    from nbgrader.dbutil import ALEMBIC_DIR
+    from sqlalchemy import create_engine, text
+
+    url = f"sqlite:///{path}"
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL);"))
+        connection.execute(
+            text("INSERT INTO alembic_version (version_num) VALUES (:head)"),
+            {"head": ScriptDirectory(ALEMBIC_DIR).get_current_head()},
+        )
+    engine.dispose()
+    with Gradebook(url):
+        pass
 
 
 def editions(solutions: Path) -> dict[str, Path]:

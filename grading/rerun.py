@@ -11,9 +11,12 @@ The judge starts a new process, sandboxed like the kernel (grading/isolation.py)
    functions, classes, and assignments of literal constants (`ast.literal_eval`); no other top-level statement of
    a cell the learner wrote or changed runs (no training, no patching, no prints). The lesson's own cells (code
    identical to the lesson's source, not solution cells) also contribute their assignments (`SIZES`, `DEVICE`,
-   `TARGETS`: names a learner's function may use), each given at most `ASSIGNMENT_SECONDS` (a lesson cell that
-   trains a model is skipped, not waited for); a statement that fails is skipped; then torch's process-wide state
-   is put back as a fresh process has it (`fresh_torch_state`: a statement cut short can leave gradients off);
+   `TARGETS`: names a learner's function may use), only those the check's call needs: an assignment runs when what
+   it assigns is read by the call's arguments or, in turn, by a definition or assignment they need (`needed`), so
+   that a lesson cell's model, profile or plot nobody reads is not built again; each is given at most
+   `ASSIGNMENT_SECONDS` (a lesson cell that trains a model is skipped, not waited for); a statement that fails is
+   skipped; then torch's process-wide state is put back as a fresh process has it (`fresh_torch_state`: a statement
+   cut short can leave gradients off);
 3. the check collects, exactly as in a kernel, and the transcript is printed as the last line of output.
 
 The judge then judges that transcript. The learner's function still runs here (it is what is measured), so it could
@@ -40,9 +43,10 @@ ASSIGNMENT_SECONDS = 2  # what one assignment of a lesson's own cell may take in
 DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def definitions(cells: list[list]) -> list[list]:
+def definitions(cells: list[list], roots: set[str] | None = None) -> list[list]:
     """[statement's code, is an assignment of the lesson's own] for what a rerun loads from `cells`
-    ([code, is the lesson's own cell] each), in order."""
+    ([code, is the lesson's own cell] each), in order. With `roots` (the names the check's call reads), the
+    lesson's own assignments are only those `needed` by them; None keeps every one."""
     parsed = []
     for source, own in cells:
         lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
@@ -53,19 +57,63 @@ def definitions(cells: list[list]) -> list[list]:
     # a lesson's assignment that would call the learner's code (`RESULT = their_function(...)`) is not run: the
     # learner's code runs first in the check, under its measurement
     learners = {name for tree, own in parsed if not own for node in tree.body for name in _defined(node)}
-    kept = []
+    kept: list[tuple[ast.stmt, bool]] = []
     for tree, own in parsed:
         for node in tree.body:
             assignment = isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
             if isinstance(node, DEFINITIONS) or (assignment and _literal(node.value)):
-                kept.append([ast.unparse(node), False])
+                kept.append((node, False))
             elif (
                 assignment
                 and own
                 and not learners & {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
             ):
-                kept.append([ast.unparse(node), True])
-    return kept
+                kept.append((node, True))
+    if roots is not None:
+        used = needed([node for node, _timed in kept], roots)
+        kept = [(node, timed) for index, (node, timed) in enumerate(kept) if not timed or index in used]
+    return [[ast.unparse(node), timed] for node, timed in kept]
+
+
+def needed(statements: list[ast.stmt], roots: set[str]) -> set[int]:
+    """The indices of the `statements` that what `roots` names depends on: a statement is needed when it writes
+    (assigns, defines, imports, or stores into: `SUMMARY["x"] = ...`) a needed name, and every name a needed
+    statement reads (its body, default arguments, decorators, index expressions included) is needed in turn. Scopes
+    are not told apart: a function's local `x` makes a lesson's `x` needed too (more is loaded, never less)."""
+    writes = [_written(node) for node in statements]
+    reads = [
+        {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        for node in statements
+    ]
+    names, used = set(roots), set()
+    while True:
+        more = {i for i, written in enumerate(writes) if i not in used and written & names}
+        if not more:
+            return used
+        used |= more
+        for i in more:
+            names |= reads[i]
+
+
+def _written(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def call_roots(call) -> set[str]:
+    """The names a check's call reads: those of its arguments' expressions (`fn`, `fn=train_step`, `MODELS["a"]`)."""
+    names = set()
+    for expression in [*call.args, *(value for _key, value in call.kwargs)]:
+        try:
+            tree = ast.parse(expression, mode="eval")
+        except SyntaxError:
+            continue
+        names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return names
 
 
 def _defined(node) -> list[str]:
@@ -93,7 +141,7 @@ def rerun(call, request) -> tuple[list, str]:
             "function": call.function,
             "args": list(call.args),
             "kwargs": [list(k) for k in call.kwargs],
-            "definitions": definitions(request.definitions),
+            "definitions": definitions(request.definitions, call_roots(call)),
             "source_dir": request.source_dir,
             "language": request.language,
         }

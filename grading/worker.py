@@ -46,6 +46,21 @@ PRELOAD = [
     "grading.autograde",
     "grading.judge",
 ]
+#: what a judge of lessons whose checks are the kit's (`from autograders.lessonNN import ...`) imports besides: the
+#: check modules' own dependencies (memlab's models and simulator: transformers, torch's fake tensors) and the
+#: libraries their references call (transformers' Trainer in lessons 05 and 06, peft in lesson 08). Preloaded once
+#: (about 4 s) only when such a lesson is graded, instead of 2-4 s in each of its judges; a lesson whose checks are a
+#: module of its own (the tests' fixture lesson) does not pay for them.
+KIT_PRELOAD = ["memlab.models", "memlab.estimate", "transformers.trainer", "peft"]
+
+
+def preload_for(lesson_notebooks: list[Path]) -> list[str]:
+    """What the worker server imports for grading these lessons (their source notebooks): `PRELOAD`, and
+    `KIT_PRELOAD` when a lesson's checks are the kit's."""
+    kit_checks = any(
+        p.is_file() and "from autograders." in p.read_text(encoding="utf-8") for p in lesson_notebooks
+    )
+    return PRELOAD + KIT_PRELOAD if kit_checks else list(PRELOAD)
 
 
 def drop_unknown_grade_ids(nb, known: set[str]) -> list[str]:

@@ -1,16 +1,23 @@
-"""What a grading process pays before it grades: jsonschema's rfc3987_syntax is left out (grading/__init__.py), and
-grade.py's workers are forked from a server that imported their modules once (grading/batch.py, worker_server); and
-the order a batch starts its submissions in (grading/batch.py, grading_order)."""
+"""What a grading process pays before it grades: jsonschema's rfc3987_syntax is left out (grading/__init__.py),
+grade.py's workers are forked from a server that imported their modules once (grading/batch.py, worker_server), with
+the kit's heavy dependencies only for lessons whose checks are the kit's, and a course's gradebook is made without
+starting the `alembic` command (grading/course.py, create_gradebook); and the order a batch starts its submissions in
+(grading/batch.py, grading_order)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from grading.worker import PRELOAD
+from grading.worker import KIT_PRELOAD, PRELOAD, preload_for
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def imported_after(code: str) -> set[str]:
@@ -40,6 +47,39 @@ def test_the_worker_server_preloads_what_a_worker_needs_but_not_the_check_kit():
     modules = imported_after("import " + ", ".join(PRELOAD))
     assert {"torch", "nbformat", "nbgrader.apps", "grading.judge"} <= modules
     assert "autograders.kit" not in modules  # it reads the grading mode from the environment when imported
+
+
+@pytest.mark.slow  # imports transformers' Trainer and peft in a new process: the full tier
+def test_the_kits_dependencies_are_preloaded_only_for_lessons_whose_checks_are_the_kits():
+    lesson = ROOT / "solutions" / "08-capstone-7b-lora" / "08-capstone-7b-lora.ipynb"
+    fixture = ROOT / "tests" / "fixtures" / "minicourse" / "solutions" / "00-fixture" / "00-fixture.ipynb"
+    assert preload_for([fixture]) == PRELOAD
+    assert preload_for([fixture, lesson]) == PRELOAD + KIT_PRELOAD
+    modules = imported_after("import " + ", ".join(KIT_PRELOAD))
+    assert {"transformers.trainer", "peft"} <= modules and "autograders.kit" not in modules
+
+
+def _schema_and_revision(path: Path):
+    with sqlite3.connect(path) as db:
+        return (
+            sorted(db.execute("SELECT type, name, sql FROM sqlite_master").fetchall()),
+            db.execute("SELECT version_num FROM alembic_version").fetchall(),
+        )
+
+
+@pytest.mark.slow  # nbgrader's own way takes the seconds create_gradebook saves: the full tier
+def test_a_course_gradebook_is_the_one_nbgrader_makes(tmp_path, monkeypatch):
+    """The same tables and the same alembic revision as nbgrader's own Gradebook, which runs `alembic heads`."""
+    from nbgrader.api import Gradebook
+
+    from grading.course import create_gradebook
+
+    create_gradebook(tmp_path / "ours.db")
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    with Gradebook(f"sqlite:///{tmp_path / 'nbgraders.db'}"):
+        pass
+    ours, theirs = _schema_and_revision(tmp_path / "ours.db"), _schema_and_revision(tmp_path / "nbgraders.db")
+    assert ours == theirs and len(ours[0]) > 10 and len(ours[1]) == 1
 
 
 def test_a_batch_starts_with_the_last_lesson_and_keeps_the_students_order():
