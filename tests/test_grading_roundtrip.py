@@ -138,6 +138,29 @@ def test_korean_submissions_get_korean_verdicts(real_grading, slug):
             assert HANGUL.search(text), f"{student} {slug} {grade_id(cell)}: not in Korean: {text[:300]!r}"
 
 
+@pytest.mark.parametrize("slug", SLUGS)
+def test_korean_tables_line_up(real_grading, slug):
+    """Every table a Korean solution prints lines up by display columns (tests/tables.py): a label that comes from
+    data is padded with `memlab.notebook.pad`, not by an f-string's width. The drift check runs every cell of the
+    Korean solutions, so their printed output is in its autograded notebooks."""
+    from tables import ragged_rows
+
+    if not real_grading.run_demonstrations:
+        pytest.skip(
+            "the Korean solutions run every cell in the drift check (MEMLAB_TEST_RUN_DEMONSTRATIONS=1)"
+        )
+    nb = nbformat.read(real_grading.autograded("ko-solved", slug), as_version=4)
+    ragged = [
+        (index, pair)
+        for index, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        for pair in ragged_rows(
+            "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout")
+        )
+    ]
+    assert not ragged, f"{slug}: rows padded by characters, not display columns (cell, rows): {ragged[:3]}"
+
+
 @pytest.mark.skipif("02-numeric-formats" not in SLUGS, reason="lesson 02 is not written")
 def test_the_graders_reference_implementation_does_not_exist_in_the_kernel(real_grading):
     """The grading references are not in the sandbox's copy of the kit: a learner cannot call them."""

@@ -492,6 +492,28 @@ def test_table_headers_are_translated_and_fit_their_columns(slug):
         )
 
 
+def test_rows_padded_by_characters_are_found_ragged_and_rows_padded_by_pad_are_not():
+    """tests/tables.py, which the drift check runs over every Korean solution's printed tables (test_grading_roundtrip):
+    an f-string pads a Korean label by characters, `pad` by display columns."""
+    from tables import ragged_rows
+
+    labels = {
+        "fp32": (0.2139, 0.1266),
+        "fp16, 스케일러 없음": (0.2139, 0.2084),
+        "순수 bf16": (0.2139, 0.1266),
+    }
+    by_characters = "\n".join(f"{name:<28}{a:>8.4f}{b:>8.4f}" for name, (a, b) in labels.items())
+    by_columns = "\n".join(
+        notebook.pad(name, "<28") + f"{a:>8.4f}{b:>8.4f}" for name, (a, b) in labels.items()
+    )
+    header = notebook.pad("구성", "<28") + notebook.pad("처음", ">8") + notebook.pad("끝", ">8")
+    assert len(ragged_rows(by_characters)) == 2
+    assert ragged_rows(header + "\n" + by_columns) == []
+    assert (
+        ragged_rows("스텝 1은 6.17 MiB로 시작해 32.32 MiB까지 올라갑니다.\nfp8_e5m2     99.9%     0.1%") == []
+    )
+
+
 @pytest.mark.parametrize("slug", lesson_slugs())
 def test_korean_markdown_is_not_english_prose(slug):
     nb = nbformat.read(_edition(slug), as_version=4)

@@ -1,0 +1,37 @@
+"""Whether a printed table lines up in a terminal or a notebook's output, where a Hangul syllable takes two columns.
+
+A row padded by an f-string (`f"{name:<28}"`) is padded by characters: rows whose labels hold different numbers of
+wide characters then stand ragged, though they line up character by character. `ragged_rows` finds such pairs of
+consecutive rows in a cell's printed text; `memlab.notebook.pad` is the way to write one that lines up.
+"""
+
+from __future__ import annotations
+
+import re
+
+from memlab.notebook import display_width
+
+#: a table cell: text without runs of two or more spaces (one space stays inside a cell)
+CELL = re.compile(r"\S+(?: \S+)*")
+WIDE = re.compile("[\u1100-\u11ff\u3000-\u9fff\uac00-\ud7a3\uff00-\uffef]")
+
+
+def _edges(line: str) -> tuple[set[int], set[int], int]:
+    """Where each table cell of `line` starts and ends, in characters and in display columns; how many cells."""
+    spans = [m.span() for m in CELL.finditer(line)]
+    chars = {p for span in spans for p in span}
+    return chars, {display_width(line[:p]) for p in chars}, len(spans)
+
+
+def ragged_rows(text: str) -> list[tuple[str, str]]:
+    """Pairs of consecutive table rows of `text` (two or more cells each, wide characters in one of them) that share
+    more cell edges counted in characters than in display columns: aligned for the program, not for the eye."""
+    lines = text.splitlines()
+    found = []
+    for a, b in zip(lines, lines[1:]):
+        (chars_a, cols_a, cells_a), (chars_b, cols_b, cells_b) = _edges(a), _edges(b)
+        if min(cells_a, cells_b) < 2 or not (WIDE.search(a) or WIDE.search(b)):
+            continue
+        if len(chars_a & chars_b) > len(cols_a & cols_b):
+            found.append((a, b))
+    return found
