@@ -96,12 +96,10 @@ def needed(statements: list[ast.stmt], roots: set[str]) -> set[int]:
 
 
 def _written(node: ast.stmt) -> set[str]:
+    """The names `node` binds or stores into: what it defines or assigns (`_defined`), or imports."""
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return {node.name}
-    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-    return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return set(_defined(node))
 
 
 def call_roots(call) -> set[str]:

@@ -81,11 +81,6 @@ STUDENTS = {
     "ko-blank": ("ko", "blank"),
 }
 GRADED = ("ko-solved", "ko-blank") if RUN_DEMONSTRATIONS else ("solved", "blank")
-#: the grade.py runs of the grading run, each (its students, with --run-demonstrations): one run of both students;
-#: in the drift check the blank notebooks are graded by a second run, without demonstrations: a blank's
-#: demonstrations either stop at the exercise they need or are the solution's, which the first run ran (in lesson 05
-#: and 08 they took over half of a blank's grading time)
-RUNS = ((("ko-solved",), True), (("ko-blank",), False)) if RUN_DEMONSTRATIONS else ((GRADED, False),)
 
 
 def _shared_tmp(tmp_path_factory) -> Path:
@@ -98,10 +93,9 @@ def _shared_tmp(tmp_path_factory) -> Path:
 def real_grading(tmp_path_factory):
     """scripts/grade.py on every lesson in solutions/ with the students of `GRADED` (`STUDENTS`): `solved` submits
     the solution notebook (and lesson 08's run), `blank` the learner version (built from the same snapshot of
-    solutions/), `ko-solved` and `ko-blank` the same from the Korean edition, in the grade.py runs of `RUNS`. Kept:
-    the CSV rows (`row(student, lesson)`, skipped for a student this run does not grade), the nbgrader course that
-    graded each student (`course_of(student)`: one per edition in each run; `autograded(student, lesson)` is the path
-    of an autograded notebook) and the script's output."""
+    solutions/), `ko-solved` and `ko-blank` the same from the Korean edition. Kept: the CSV rows (`row(student,
+    lesson)`, skipped for a student this run does not grade), the nbgrader courses with every submission (`courses`,
+    one per edition; `autograded(student, lesson)` is the path of an autograded notebook) and the script's output."""
     import fcntl
     import json
 
@@ -116,20 +110,16 @@ def real_grading(tmp_path_factory):
     if graded.get("skip"):
         pytest.skip(graded["skip"])
     assert graded["returncode"] == 0, f"scripts/grade.py failed:\n{graded['stdout']}\n{graded['stderr']}"
+    courses = {"en": tmp / "course" / "course", "ko": tmp / "course" / "course-ko"}
 
     def graded_or_skip(student: str) -> None:
         if student not in GRADED:
             pytest.skip(f"{student} is not graded in this run (the drift check grades {', '.join(GRADED)})")
 
-    def course_of(student: str) -> Path:
-        """The kept nbgrader course that graded `student` (one per edition in each grade.py run)."""
-        graded_or_skip(student)
-        (run,) = [i for i, (students, _demonstrations) in enumerate(RUNS) if student in students]
-        edition = STUDENTS[student][0]
-        return tmp / f"course-{run}" / ("course" if edition == "en" else f"course-{edition}")
-
     def autograded(student: str, slug: str) -> Path:
-        return next((course_of(student) / "autograded").glob(f"s*-{student}/{slug}/{slug}.ipynb"))
+        graded_or_skip(student)
+        course = courses[STUDENTS[student][0]]
+        return next((course / "autograded").glob(f"s*-{student}/{slug}/{slug}.ipynb"))
 
     def row(student: str, slug: str) -> dict:
         from nbgrader_pipeline import row_for
@@ -145,7 +135,8 @@ def real_grading(tmp_path_factory):
         editions={"en": tmp / "solutions", "ko": tmp / "ko" / "solutions"},
         rows=graded["rows"],
         row=row,
-        course_of=course_of,
+        course=courses["en"],
+        courses=courses,
         autograded=autograded,
         # the language of the edition a student is graded against
         language=lambda student: STUDENTS[student][0],
@@ -173,11 +164,11 @@ def _grade_real_lessons(tmp: Path) -> dict:
         shutil.copytree(SOLUTIONS.parent / "ko" / "solutions" / slug, snapshots["ko"] / slug, ignore=ignore)
     released = {edition: build_lessons.render(folder) for edition, folder in snapshots.items()}
     snapshot = snapshots["en"]
-    submissions = [tmp / f"submissions-{run}" for run in range(len(RUNS))]
-    for run, (students, _demonstrations) in enumerate(RUNS):
-        for student, slug in [(student, slug) for student in students for slug in slugs]:
-            edition, kind = STUDENTS[student]
-            folder = submissions[run] / student / slug
+    submissions = tmp / "submissions"
+    for student in GRADED:
+        edition, kind = STUDENTS[student]
+        for slug in slugs:
+            folder = submissions / student / slug
             folder.mkdir(parents=True)
             if kind == "solved":
                 shutil.copy(snapshots[edition] / slug / f"{slug}.ipynb", folder / f"{slug}.ipynb")
@@ -195,28 +186,28 @@ def _grade_real_lessons(tmp: Path) -> dict:
             "from autograders.references.lesson02 import ulp as _grader_ulp\n\n\n"
             "def ulp(x, fmt):\n    return _grader_ulp(x, fmt)\n"
         )
-        (submissions[0] / "reference_caller" / "02-numeric-formats").mkdir(parents=True)
+        (submissions / "reference_caller" / "02-numeric-formats").mkdir(parents=True)
         nbformat.write(
-            nb, submissions[0] / "reference_caller" / "02-numeric-formats" / "02-numeric-formats.ipynb"
+            nb, submissions / "reference_caller" / "02-numeric-formats" / "02-numeric-formats.ipynb"
         )
-    graded = {"slugs": slugs, "rows": [], "returncode": 0, "stdout": "", "stderr": ""}
-    for run, (_students, demonstrations) in enumerate(RUNS):
-        proc, rows = run_grade(
-            submissions[run],
-            tmp / f"grades-{run}.csv",
-            "--solutions",
-            str(snapshot),
-            "--keep",
-            str(tmp / f"course-{run}"),
-            "--jobs",
-            "2",
-            *(["--run-demonstrations"] if demonstrations else []),
-        )
-        graded["rows"] += rows
-        graded["returncode"] = graded["returncode"] or proc.returncode
-        graded["stdout"] += proc.stdout
-        graded["stderr"] += proc.stderr
-    return graded
+    proc, rows = run_grade(
+        submissions,
+        tmp / "grades.csv",
+        "--solutions",
+        str(snapshot),
+        "--keep",
+        str(tmp / "course"),
+        "--jobs",
+        "2",
+        *(["--run-demonstrations"] if RUN_DEMONSTRATIONS else []),
+    )
+    return {
+        "slugs": slugs,
+        "rows": rows,
+        "returncode": proc.returncode,
+        "stdout": proc.stdout,
+        "stderr": proc.stderr,
+    }
 
 
 # ---- the 7B simulations' disk cache: one per test run -------------------------------------------------------------

@@ -113,16 +113,19 @@ def test_learner_version_gets_zero(real_grading, slug, student):
 def test_csv_agrees_with_the_gradebook(real_grading, slug):
     from nbgrader.api import Gradebook
 
-    for student in [s for s in (*SOLVED, *BLANK) if s in real_grading.graded]:
-        with Gradebook("sqlite:///" + str(real_grading.course_of(student) / "gradebook.db")) as gradebook:
-            (record,) = [s for s in gradebook.students if s.first_name == student]
-            submission = gradebook.find_submission(slug, record.id)
-            row = real_grading.row(student, slug)
-            assert (float(row["total"]), float(row["max"])) == (submission.score, submission.max_score)
-        # the edition's note, in its own language (grading/i18n.py), and the other notes in it too
-        edition = real_grading.language(student)
-        assert ("언어판 ko 기준으로 채점했습니다(ko/solutions/)" in row["notes"]) == (edition == "ko")
-        assert ("needs manual grading" in row["notes"]) == (edition == "en" and "solved" in student)
+    for edition, course in real_grading.courses.items():
+        if not course.is_dir():
+            continue
+        with Gradebook("sqlite:///" + str(course / "gradebook.db")) as gradebook:
+            students = [s.first_name for s in gradebook.students]
+            for student in [s for s in (*SOLVED, *BLANK) if s in students]:
+                (record,) = [s for s in gradebook.students if s.first_name == student]
+                submission = gradebook.find_submission(slug, record.id)
+                row = real_grading.row(student, slug)
+                assert (float(row["total"]), float(row["max"])) == (submission.score, submission.max_score)
+                # the edition's note, in its own language (grading/i18n.py), and the other notes in it too
+                assert ("언어판 ko 기준으로 채점했습니다(ko/solutions/)" in row["notes"]) == (edition == "ko")
+                assert ("needs manual grading" in row["notes"]) == (edition == "en" and "solved" in student)
 
 
 @pytest.mark.parametrize("slug", SLUGS)
