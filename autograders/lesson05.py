@@ -697,7 +697,13 @@ def zero_key(widths, strategy: str) -> str:
 
 
 def measure_zero_bytes(widths_list, strategies=ZERO_STRATEGIES) -> dict:
-    """{(widths, strategy): [per-rank {category: bytes}]} measured on 2 gloo processes, one torchrun launch."""
+    """{(widths, strategy): [per-rank {category: bytes}]} measured on 2 gloo processes, one torchrun launch (read-only;
+    the same MLPs are measured once per process: the bytes of a configuration are the same every time)."""
+    return _measured_zero_bytes(tuple(tuple(widths) for widths in widths_list), tuple(strategies))
+
+
+@functools.cache
+def _measured_zero_bytes(widths_list: tuple, strategies: tuple):
     from memlab.distributed import launch
 
     jobs = {
@@ -705,14 +711,16 @@ def measure_zero_bytes(widths_list, strategies=ZERO_STRATEGIES) -> dict:
         for i, widths in enumerate(widths_list)
     }
     measured = launch(jobs)
-    return {
-        (tuple(widths), strategy): [
-            {key: rank["strategies"][strategy]["after_step"][key] for key in ZERO_KEYS}
-            for rank in measured[f"zero_memory#{i}"]
-        ]
-        for i, widths in enumerate(widths_list)
-        for strategy in strategies
-    }
+    return read_only(
+        {
+            (tuple(widths), strategy): [
+                {key: rank["strategies"][strategy]["after_step"][key] for key in ZERO_KEYS}
+                for rank in measured[f"zero_memory#{i}"]
+            ]
+            for i, widths in enumerate(widths_list)
+            for strategy in strategies
+        }
+    )
 
 
 @functools.cache

@@ -75,7 +75,11 @@ def lesson05() -> dict:
     from autograders.lesson05 import ZERO_WIDTHS, measure_zero_bytes, zero_key
 
     measured = measure_zero_bytes(ZERO_WIDTHS)
-    return {"zero_bytes_per_rank": {zero_key(*case): ranks for case, ranks in measured.items()}}
+    return {
+        "zero_bytes_per_rank": {
+            zero_key(*case): [dict(rank) for rank in ranks] for case, ranks in measured.items()
+        }
+    }
 
 
 def lesson07() -> dict:
