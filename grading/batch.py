@@ -64,6 +64,7 @@ from grading.course import (
 from grading.i18n import _
 from grading.submission import declared_language
 from grading.types import Result, Task
+from memlab.i18n import ENGLISH
 
 FIXED_COLUMNS_END = ["total", "max", "needs_manual", "flags", "notes"]
 DEFAULT_MEMORY_GB = 8.0
@@ -469,7 +470,6 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     server = worker_server([solutions / slug / f"{slug}.ipynb" for slug in lessons])
-    from memlab.i18n import ENGLISH  # here, not at the top: memlab imports torch (a refusal above is at once)
 
     with run_folder(args.keep) as run:
         # each submission is graded against the edition it was made from (English, or ko/solutions/ for one whose
@@ -562,7 +562,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _edition_notes(language: str) -> list[str]:
-    from memlab.i18n import ENGLISH
 
     if language == ENGLISH:
         return []

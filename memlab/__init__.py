@@ -6,13 +6,25 @@ configs), `plots`, `formats` (float bit layouts), `notebook` (how a lesson's err
 first sets Hugging Face's offline variables when the Hub is unreachable, so that no later load wastes time on
 retries, and, inside a notebook, shows the lessons' own errors (a failed check, an exercise not done yet) as one
 message instead of a traceback. It also keeps the log line of an optional speed-up that bitsandbytes cannot load
-offline (`hardware.quiet_optional_kernels`) out of the lessons' outputs.
+offline (`startup.quiet_optional_kernels`) out of the lessons' outputs. None of that imports torch
+(memlab/startup.py): a submodule is imported when it is first named (`from memlab import data`, or
+`memlab.hardware` after `import memlab`).
 """
 
-from memlab.data import ensure_offline_if_no_network
-from memlab.hardware import quiet_optional_kernels
+import importlib
+
 from memlab.notebook import install_display
+from memlab.startup import ensure_offline_if_no_network, quiet_optional_kernels
 
 quiet_optional_kernels()  # before anything imports bitsandbytes
 ensure_offline_if_no_network()
 install_display()
+
+SUBMODULES = ("data", "distributed", "estimate", "formats", "hardware", "i18n", "measure", "models", "plots")
+
+
+def __getattr__(name: str):
+    """`memlab.hardware` and the other submodules, imported when first named."""
+    if name in SUBMODULES:
+        return importlib.import_module(f"memlab.{name}")
+    raise AttributeError(f"module 'memlab' has no attribute {name!r}")

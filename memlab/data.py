@@ -24,12 +24,11 @@ from __future__ import annotations
 import functools
 import os
 import random
-import socket
-import sys
 
 import torch
 
 from memlab.i18n import _
+from memlab.startup import _hub_reachable, ensure_offline_if_no_network  # noqa: F401 - memlab.data's own API
 
 __all__ = [
     "ensure_offline_if_no_network",
@@ -40,54 +39,13 @@ __all__ = [
     "TensorDictDataset",
 ]
 
-HUB_HOST = ("huggingface.co", 443)
 IMDB_SPLIT_SIZES = {"train": 25_000, "test": 25_000}  # as in stanfordnlp/imdb
 LM_SPLIT_SIZES = {"train": 10_000, "validation": 1_000, "test": 1_000}  # synthetic paragraphs
 
 
 # --------------------------------------------------------------------------------------------------
-# Offline detection
+# Offline detection (memlab.startup; again here for a program that imports memlab.data alone)
 # --------------------------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=1)
-def _hub_reachable(timeout: float = 1.5) -> bool:
-    """True if a TCP connection to huggingface.co:443 opens within ``timeout`` seconds (cached per process)."""
-    try:
-        with socket.create_connection(HUB_HOST, timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def ensure_offline_if_no_network() -> bool:
-    """Set ``HF_HUB_OFFLINE=1`` and ``HF_DATASETS_OFFLINE=1`` when the Hub is unreachable; return True if offline.
-
-    Variables that are already set are left alone. If ``HF_HUB_OFFLINE`` is already "1" the network
-    check is skipped. Without these variables, ``datasets``/``transformers`` retry HTTP requests before
-    giving up; with them they fail in milliseconds, which is what lets the fallbacks be instant.
-    If ``huggingface_hub``/``datasets`` were imported before this ran, their cached flags are updated too.
-    """
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
-        offline = True
-    else:
-        offline = not _hub_reachable()
-    if offline:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-        if os.environ["HF_HUB_OFFLINE"] == "1":  # respect an explicit HF_HUB_OFFLINE=0
-            _update_already_imported_flags()
-    return offline
-
-
-def _update_already_imported_flags() -> None:
-    """The HF libraries cache the offline flag at import; patch it if they were imported before us."""
-    if "huggingface_hub.constants" in sys.modules:
-        sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = True
-    if "datasets.config" in sys.modules:
-        config = sys.modules["datasets.config"]
-        config.HF_HUB_OFFLINE = True
-        config.HF_DATASETS_OFFLINE = True
 
 
 ensure_offline_if_no_network()

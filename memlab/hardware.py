@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import logging
 import platform
 
 import torch
 
 from memlab.i18n import _
+from memlab.startup import QUIET_LOG_MESSAGES, quiet_optional_kernels  # noqa: F401 - memlab.hardware's own API
 
 GiB = 1024**3
 
@@ -24,35 +24,6 @@ REPORTED_PACKAGES = {
     "bitsandbytes": "bitsandbytes",
     "transformer_engine": "transformer_engine",
 }
-
-#: {logger name: start of a message} of log lines about optional speed-ups the lessons never use, kept out of the
-#: lessons' outputs by `quiet_optional_kernels`. bitsandbytes (0.49+) on a CPU with AVX512-BF16 tries, when it is
-#: imported, to fetch a faster 4-bit CPU matmul from the Hugging Face Hub with the `kernels` package, and logs a
-#: warning when it cannot ("... Please make sure you already `pip install kernels` ...",
-#: bitsandbytes/backends/cpu/ops.py); it then uses its own implementation, so nothing is lost.
-QUIET_LOG_MESSAGES = {
-    "bitsandbytes.backends.cpu.ops": "Failed to load CPU gemm_4bit_forward from kernels-community",
-}
-
-
-class _DropMessage(logging.Filter):
-    """Drops the records whose message (format string) starts with `prefix`; lets every other record through."""
-
-    def __init__(self, prefix: str):
-        super().__init__()
-        self.prefix = prefix
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.prefix)
-
-
-def quiet_optional_kernels() -> None:
-    """Keep the QUIET_LOG_MESSAGES out of every output. Idempotent; call it before the package is imported (a logger
-    keeps its filters, so it also works when the logger is created later, by the package's own `getLogger`)."""
-    for logger_name, prefix in QUIET_LOG_MESSAGES.items():
-        logger = logging.getLogger(logger_name)
-        if not any(isinstance(f, _DropMessage) and f.prefix == prefix for f in logger.filters):
-            logger.addFilter(_DropMessage(prefix))
 
 
 def pick_device() -> torch.device:

@@ -43,6 +43,20 @@ def test_the_grader_reads_notebooks_without_compiling_rfc3987_grammars():
     assert "rfc3987_syntax" not in modules and "lark" not in modules
 
 
+def test_the_grader_and_memlab_import_without_torch():
+    """scripts/grade.py answers a wrong argument at once (it took 3 s, 7 s under load, to import torch first), and
+    `import memlab` does its setup (memlab/startup.py) without torch; a submodule comes when it is named."""
+    assert "torch" not in imported_after("import memlab, grading.batch")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "grade.py"), "/nonexistent", "--out", "x.csv"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    assert "torch" in imported_after("import memlab\nmemlab.hardware.pick_device()")
+
+
 def test_the_worker_server_preloads_what_a_worker_needs_but_not_the_check_kit():
     modules = imported_after("import " + ", ".join(PRELOAD))
     assert {"torch", "nbformat", "nbgrader.apps", "grading.judge"} <= modules
