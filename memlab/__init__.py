@@ -12,6 +12,7 @@ offline (`startup.quiet_optional_kernels`) out of the lessons' outputs. None of 
 """
 
 import importlib
+import importlib.util
 
 from memlab.notebook import install_display
 from memlab.startup import ensure_offline_if_no_network, quiet_optional_kernels
@@ -20,11 +21,9 @@ quiet_optional_kernels()  # before anything imports bitsandbytes
 ensure_offline_if_no_network()
 install_display()
 
-SUBMODULES = ("data", "distributed", "estimate", "formats", "hardware", "i18n", "measure", "models", "plots")
-
 
 def __getattr__(name: str):
     """`memlab.hardware` and the other submodules, imported when first named."""
-    if name in SUBMODULES:
-        return importlib.import_module(f"memlab.{name}")
-    raise AttributeError(f"module 'memlab' has no attribute {name!r}")
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

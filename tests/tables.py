@@ -13,7 +13,6 @@ from memlab.notebook import display_width
 
 #: a table cell: text without runs of two or more spaces (one space stays inside a cell)
 CELL = re.compile(r"\S+(?: \S+)*")
-WIDE = re.compile("[\u1100-\u11ff\u3000-\u9fff\uac00-\ud7a3\uff00-\uffef]")
 
 
 def _edges(line: str) -> tuple[set[int], set[int], int]:
@@ -30,7 +29,8 @@ def ragged_rows(text: str) -> list[tuple[str, str]]:
     found = []
     for a, b in zip(lines, lines[1:]):
         (chars_a, cols_a, cells_a), (chars_b, cols_b, cells_b) = _edges(a), _edges(b)
-        if min(cells_a, cells_b) < 2 or not (WIDE.search(a) or WIDE.search(b)):
+        wide = display_width(a) > len(a) or display_width(b) > len(b)  # a character that takes two columns
+        if min(cells_a, cells_b) < 2 or not wide:
             continue
         if len(chars_a & chars_b) > len(cols_a & cols_b):
             found.append((a, b))
