@@ -3,8 +3,8 @@
 
     python scripts/ci_profile.py PROFILE_DIR [--out results/ci_profile.json]
 
-`.ci/run` writes PROFILE_DIR (`.ci-profile/`, git-ignored): `steps.tsv` (each step's name and seconds, as it ran)
-and `junit-*.xml` (pytest's JUnit reports: every test item's time). This script joins them: the steps in order with
+`.ci/run` writes PROFILE_DIR (`.ci-profile/`, git-ignored): `steps.tsv` (each step's name and seconds, as it ran, and
+the core-seconds the machine's CPUs were busy meanwhile) and `junit-*.xml` (pytest's JUnit reports: every test item's time). This script joins them: the steps in order with
 their share of the run, the total, the tiers' items (`slow` or not, as `pytest -m "not slow"` selects), the slowest
 items, and the time by test file. results/ci_profile.json is this output for a run of `.ci/run` from a clean clone
 on the machine CI runs on (README, Develop, says when and where).
@@ -25,10 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def read_steps(path: Path) -> list[dict]:
+    """Each line: the step's name, its wall seconds and (where /proc/stat could be read) the core-seconds the whole
+    machine was busy meanwhile, all cores together."""
     steps = []
     for line in path.read_text().splitlines():
-        name, seconds = line.rsplit("\t", 1)
-        steps.append({"step": name, "seconds": int(seconds)})
+        name, seconds, *cpu = line.split("\t")
+        step = {"step": name, "seconds": int(seconds)}
+        if cpu and cpu[0].strip():
+            step["busy_core_seconds"] = int(cpu[0])
+        steps.append(step)
     return steps
 
 
@@ -67,8 +72,11 @@ def _file_of(classname: str) -> str:
 def profile(folder: Path) -> dict:
     steps = read_steps(folder / "steps.tsv")
     total = sum(s["seconds"] for s in steps)
+    cpus = os.cpu_count() or 1
     for step in steps:
         step["share"] = round(step["seconds"] / total, 3) if total else 0.0
+        if "busy_core_seconds" in step and step["seconds"]:  # 1.0: every core busy for the whole step
+            step["cores_busy_fraction"] = round(step["busy_core_seconds"] / (step["seconds"] * cpus), 2)
     reports = {}
     for report in sorted(folder.glob("junit-*.xml")):
         items = read_junit(report)
@@ -88,8 +96,9 @@ def profile(folder: Path) -> dict:
             "seconds_by_file": {f: round(s, 1) for f, s in sorted(by_file.items(), key=lambda kv: -kv[1])},
         }
     return {
-        "what": "one run of .ci/run: its steps (wall seconds, in order) and pytest's items (JUnit times; under "
-        "pytest-xdist item seconds add up across workers, so they exceed the step's wall time)",
+        "what": "one run of .ci/run: its steps (wall seconds, in order; the core-seconds the machine was busy "
+        "meanwhile, and that as a fraction of all its cores for the step's time) and pytest's items (JUnit times; "
+        "under pytest-xdist item seconds add up across workers, so they exceed the step's wall time)",
         "date": datetime.date.today().isoformat(),
         "machine": {
             "cpus": os.cpu_count(),
@@ -97,6 +106,11 @@ def profile(folder: Path) -> dict:
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         },
         "total_seconds": total,
+        **(
+            {"busy_core_seconds": sum(s["busy_core_seconds"] for s in steps)}
+            if steps and all("busy_core_seconds" in s for s in steps)
+            else {}
+        ),
         "steps": steps,
         "pytest": reports,
     }

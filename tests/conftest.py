@@ -69,18 +69,21 @@ RUN_DEMONSTRATIONS = os.environ.get("MEMLAB_TEST_RUN_DEMONSTRATIONS") == "1"
 
 #: the students of the grading run: (edition, kind); "solved" hands in the solution, "blank" the learner version.
 #: A Korean student's notebook is the Korean edition's (ko/solutions/, ko/lessons/): grade.py grades it against that
-#: edition, in Korean. Each edition is graded once per CI run: the full tier grades the English solution and blank
-#: (demonstrations left out: nbval executes every English cell), CI's drift check (MEMLAB_TEST_RUN_DEMONSTRATIONS=1,
-#: grade.py --run-demonstrations, the newest releases) the Korean ones with every cell run. The Korean code is the
-#: English code token for token (scripts/build_lessons.py checks it), so every cell of every lesson runs in full
-#: once in each language, and each edition's blank is graded to zero once.
+#: edition, in Korean. Each solution is graded once per CI run: the full tier grades the English one as an instructor
+#: does by default (demonstrations left out: nbval executes every English cell), CI's drift check
+#: (MEMLAB_TEST_RUN_DEMONSTRATIONS=1, grade.py --run-demonstrations, the newest releases) the Korean one with every
+#: cell run. The Korean code is the English code token for token (scripts/build_lessons.py checks it), so every cell
+#: of every lesson runs in full once in each language. The blank learner version is graded to zero once, in the drift
+#: check: the Korean one, built by the same pipeline as the English one and graded by the same code, under the
+#: releases a learner installs (the pinned CPU torch of the full tier is no learner's); "blank", the English one, is
+#: graded where this table is used with it (a run of your own: `GRADED` below).
 STUDENTS = {
     "solved": ("en", "solved"),
     "blank": ("en", "blank"),
     "ko-solved": ("ko", "solved"),
     "ko-blank": ("ko", "blank"),
 }
-GRADED = ("ko-solved", "ko-blank") if RUN_DEMONSTRATIONS else ("solved", "blank")
+GRADED = ("ko-solved", "ko-blank") if RUN_DEMONSTRATIONS else ("solved",)
 
 
 def _shared_tmp(tmp_path_factory) -> Path:
@@ -114,7 +117,14 @@ def real_grading(tmp_path_factory):
 
     def graded_or_skip(student: str) -> None:
         if student not in GRADED:
-            pytest.skip(f"{student} is not graded in this run (the drift check grades {', '.join(GRADED)})")
+            pytest.skip(f"{student} is not graded in this run (it grades {', '.join(GRADED)})")
+
+    def student(kind: str) -> str:
+        """The student of this run who hands in `kind` ("solved" or "blank"), in whichever edition the run grades."""
+        graded_of_kind = [s for s in GRADED if STUDENTS[s][1] == kind]
+        if not graded_of_kind:
+            pytest.skip(f"no {kind} notebook is graded in this run (it grades {', '.join(GRADED)})")
+        return graded_of_kind[0]
 
     def autograded(student: str, slug: str) -> Path:
         graded_or_skip(student)
@@ -138,6 +148,7 @@ def real_grading(tmp_path_factory):
         course=courses["en"],
         courses=courses,
         autograded=autograded,
+        student=student,
         # the language of the edition a student is graded against
         language=lambda student: STUDENTS[student][0],
         stdout=graded["stdout"],

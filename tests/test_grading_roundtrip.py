@@ -4,7 +4,9 @@ hardware this machine lacks (NotGradedHere, said in the notes), and its written 
 learner version gets 0 and "no answer written". The same holds in the Korean edition (ko/solutions/, ko/lessons/),
 graded against its own sources in the same run, with the same CSV columns, and its verdicts are in Korean.
 
-The grading run is the `real_grading` fixture in conftest.py, shared with test_learner_versions.py.
+The grading run is the `real_grading` fixture in conftest.py, shared with test_learner_versions.py. The full tier
+grades the English solution (demonstrations left out, as an instructor's default run); CI's drift check grades the
+Korean solution (every cell run) and the Korean blank under the newest releases (conftest.py, `GRADED`).
 """
 
 from __future__ import annotations
@@ -168,7 +170,7 @@ def test_korean_tables_line_up(real_grading, slug):
 def test_the_graders_reference_implementation_does_not_exist_in_the_kernel(real_grading):
     """The grading references are not in the sandbox's copy of the kit: a learner cannot call them."""
     if real_grading.run_demonstrations:
-        pytest.skip("the drift check grades the solutions and the blanks only")
+        pytest.skip("the drift check grades the Korean solution and blank only")
     row = row_for(real_grading.rows, "reference_caller", "02-numeric-formats")
     assert float(row["e4_ulp_check"]) == 0
     assert "No module named 'autograders.references'" in row["notes"]

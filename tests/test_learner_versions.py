@@ -1,9 +1,10 @@
 """Learner versions fail, solutions pass, for every lesson in solutions/.
 
 The verdicts are nbgrader's Validator's (`Validator(invert=True)` on the learner version: no graded cell may pass;
-`Validator()` on the solution: every graded cell passes). Both notebooks are executed once, by the grading run that
-test_grading_roundtrip.py also reads (the `real_grading` fixture in conftest.py, COURSE_GRADING=strict): a check
-that needs hardware this machine lacks raises NotGradedHere there, so on the solution it is the one allowed failure.
+`Validator()` on the solution: every graded cell passes). Both notebooks are executed by the grading run that
+test_grading_roundtrip.py also reads (the `real_grading` fixture in conftest.py, COURSE_GRADING=strict; the full tier
+grades the English solution, CI's drift check the Korean solution and blank): a check that needs hardware this
+machine lacks raises NotGradedHere there, so on the solution it is the one allowed failure.
 The static checks of the learner version need no kernel.
 """
 
@@ -98,7 +99,7 @@ def test_learner_version_hides_the_solutions(learner_versions, slug):
 @pytest.mark.slow
 @pytest.mark.parametrize("slug", SLUGS)
 def test_no_graded_cell_passes_on_the_learner_version(real_grading, slug):
-    executed = real_grading.autograded("blank", slug)
+    executed = real_grading.autograded(real_grading.student("blank"), slug)
     results = validate_executed(executed, invert=True)
     passed = [cell["source"].splitlines()[0] for cell in results.get("passed", [])]
     assert not passed, f"graded cells that pass on the learner version of {slug}: {passed}"
@@ -108,7 +109,7 @@ def test_no_graded_cell_passes_on_the_learner_version(real_grading, slug):
 @pytest.mark.slow
 @pytest.mark.parametrize("slug", SLUGS)
 def test_every_graded_cell_passes_on_the_solution(real_grading, slug):
-    executed = real_grading.autograded("solved", slug)
+    executed = real_grading.autograded(real_grading.student("solved"), slug)
     results = validate_executed(executed)
     assert set(results) <= {"failed"}, results
     failed = [cell for cell in results.get("failed", []) if "NotGradedHere" not in cell["raw_error"]]
