@@ -15,7 +15,8 @@ the same bytes whatever the words are.
 
 Offline mode: ``huggingface_hub`` and ``datasets`` read ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``
 once, when they are imported (https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables).
-So this module checks the network and sets them at import time, and imports ``datasets`` and
+So importing memlab checks the network and sets them first (``memlab.startup.ensure_offline_if_no_network``, run
+by ``memlab/__init__.py`` before this module is imported), and this module imports ``datasets`` and
 ``transformers`` lazily, inside the functions.
 """
 
@@ -28,10 +29,8 @@ import random
 import torch
 
 from memlab.i18n import _
-from memlab.startup import _hub_reachable, ensure_offline_if_no_network  # noqa: F401 - memlab.data's own API
 
 __all__ = [
-    "ensure_offline_if_no_network",
     "load_imdb",
     "load_lm_text",
     "make_tokenizer",
@@ -41,14 +40,6 @@ __all__ = [
 
 IMDB_SPLIT_SIZES = {"train": 25_000, "test": 25_000}  # as in stanfordnlp/imdb
 LM_SPLIT_SIZES = {"train": 10_000, "validation": 1_000, "test": 1_000}  # synthetic paragraphs
-
-
-# --------------------------------------------------------------------------------------------------
-# Offline detection (memlab.startup; again here for a program that imports memlab.data alone)
-# --------------------------------------------------------------------------------------------------
-
-
-ensure_offline_if_no_network()
 
 
 def _say_fallback(what: str, instead: str) -> None:

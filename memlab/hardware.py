@@ -13,7 +13,6 @@ import platform
 import torch
 
 from memlab.i18n import _
-from memlab.startup import QUIET_LOG_MESSAGES, quiet_optional_kernels  # noqa: F401 - memlab.hardware's own API
 
 GiB = 1024**3
 

@@ -145,7 +145,6 @@ def real_grading(tmp_path_factory):
         editions={"en": tmp / "solutions", "ko": tmp / "ko" / "solutions"},
         rows=graded["rows"],
         row=row,
-        course=courses["en"],
         courses=courses,
         autograded=autograded,
         student=student,

@@ -12,7 +12,7 @@ import datasets  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from memlab import data  # noqa: E402
+from memlab import data, startup  # noqa: E402
 
 
 @pytest.fixture
@@ -38,8 +38,8 @@ def test_offline_check_is_skipped_when_already_offline(monkeypatch):
         raise AssertionError("must not touch the network when HF_HUB_OFFLINE=1")
 
     monkeypatch.setattr(socket, "create_connection", no_network_calls)
-    data._hub_reachable.cache_clear()
-    assert data.ensure_offline_if_no_network() is True
+    startup._hub_reachable.cache_clear()
+    assert startup.ensure_offline_if_no_network() is True
 
 
 def test_unreachable_hub_sets_both_variables(monkeypatch):
@@ -49,13 +49,13 @@ def test_unreachable_hub_sets_both_variables(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.delenv("HF_DATASETS_OFFLINE")
     monkeypatch.setattr(socket, "create_connection", unreachable)
-    data._hub_reachable.cache_clear()
+    startup._hub_reachable.cache_clear()
     try:
-        assert data.ensure_offline_if_no_network() is True
+        assert startup.ensure_offline_if_no_network() is True
         assert os.environ["HF_HUB_OFFLINE"] == "1"
         assert os.environ["HF_DATASETS_OFFLINE"] == "1"
     finally:
-        data._hub_reachable.cache_clear()
+        startup._hub_reachable.cache_clear()
 
 
 # ---- IMDB --------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """`import memlab` keeps bitsandbytes' "Failed to load CPU gemm_4bit_forward from kernels-community ... pip install
-kernels" warning out of the lessons (memlab.hardware.quiet_optional_kernels).
+kernels" warning out of the lessons (memlab.startup.quiet_optional_kernels).
 
 bitsandbytes logs it when it is imported on a CPU with AVX512-BF16 and cannot fetch an optional 4-bit kernel from the
 Hugging Face Hub (bitsandbytes/backends/cpu/ops.py); with no logging configured, Python's last-resort handler writes
@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from memlab.hardware import QUIET_LOG_MESSAGES, quiet_optional_kernels
+from memlab.startup import QUIET_LOG_MESSAGES, quiet_optional_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKERS = ("gemm_4bit_forward", "pip install kernels", "kernels-community")
