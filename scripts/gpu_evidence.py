@@ -36,6 +36,10 @@ not start as skipped, with the reason.
 `_parts`), merging with what the file already holds (a measured record is never replaced by a skipped one), and the
 plots the lessons cite, results/<gpu-name>-*.png, from measured records only. It refuses rehearsal records in
 results/.
+
+Transformer Engine is not on the lent machine's image and too large for one call: `--plan` lists first the calls
+that bring its pieces (scripts/make_te_wheelhouse.py, scripts/gpu_te.sh); scripts/gpu_evidence_call.sh installs it
+before part 3 runs.
 """
 
 from __future__ import annotations
@@ -514,18 +518,38 @@ def step_snapshot_files(ctx: Context, since: float) -> None:
     ctx.rec.measured("profiling_snapshot_files", {"files": copied})
 
 
+TE_LOG_ENV = (
+    "GPU_EVIDENCE_TE_LOG"  # scripts/gpu_evidence_call.sh: the log of `bash scripts/gpu_te.sh install`
+)
+
+
 def step_transformer_engine(ctx: Context) -> None:
+    """TE's version and its default recipe on this GPU, where it imports; else what was tried (gpu_te.sh's log)."""
+    log = Path(os.environ.get(TE_LOG_ENV, "/nonexistent"))
+    tried = tail(log.read_text(), 25) if log.is_file() else None
     try:
-        import transformer_engine  # noqa: F401
+        import torch
+        import transformer_engine
         import transformer_engine.pytorch  # noqa: F401
     except Exception as error:  # not installed, or installed without its CUDA library
-        ctx.rec.skipped(
-            "transformer_engine", f"not importable here: {type(error).__name__}: {str(error)[:200]}"
-        )
+        why = f"not importable here: {type(error).__name__}: {str(error)[:200]}"
+        if tried is None:
+            ctx.rec.skipped(
+                "transformer_engine",
+                f"{why}; no install was tried (README: GPU evidence, Transformer Engine)",
+            )
+        else:
+            ctx.rec.failed("transformer_engine", why, values={"install_log": tried})
         return
-    from memlab import hardware
+    values = {"version": transformer_engine.__version__, "install_log": tried}
+    if ctx.cuda:
+        from transformer_engine.pytorch.fp8 import get_default_fp8_recipe
 
-    ctx.rec.measured("transformer_engine", {"version": hardware.package_version("transformer_engine")})
+        recipe = get_default_fp8_recipe()
+        values["compute_capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
+        values["default_recipe"] = type(recipe).__name__
+        values["default_recipe_format"] = getattr(getattr(recipe, "fp8_format", None), "name", None)
+    ctx.rec.measured("transformer_engine", values)
 
 
 TORCHAO_SIZES = (1024, 2048, 4096, 8192, 16384)
@@ -1287,6 +1311,29 @@ def plan_calls(budget: float = PLAN_BUDGET) -> list[dict]:
     return [call for call in calls if call["specs"]]
 
 
+TE_SCRIPT = "scripts/gpu_te.sh"
+#: a piece's call: the machine's start (the first), the transfer and a copy; the command itself takes a second
+TE_PIECE_TIMEOUT_S = 60
+
+
+def te_piece_calls() -> list[dict]:
+    """The calls that bring Transformer Engine's pieces (.te/, python scripts/make_te_wheelhouse.py) to the warm
+    machine, one each: `gpu_te.sh receive` keeps them in /tmp/te-pieces, and the next evidence call installs TE."""
+    from make_te_wheelhouse import SUMS, pieces_of
+
+    pieces = pieces_of()
+    return [
+        {
+            "title": f"Transformer Engine, piece {n} of {len(pieces)}",
+            "command": f"bash {TE_SCRIPT} receive",
+            "carry": [f".te/{SUMS}", f".te/{piece['name']}"],
+            "timeout_s": TE_PIECE_TIMEOUT_S,
+            "bytes": piece["bytes"],
+        }
+        for n, piece in enumerate(pieces, 1)
+    ]
+
+
 def print_plan(budget: float) -> None:
     from make_wheelhouse import CARRY_LIMIT, WHEELHOUSE, folder_bytes, tree_bytes
 
@@ -1310,6 +1357,26 @@ def print_plan(budget: float) -> None:
         "# After each call, here: python scripts/gpu_evidence.py --merge <files_at>/evidence.tgz [snapshots.tgz]"
     )
     print("# (results/<gpu-name>.json keeps what earlier calls measured), then commit results/.")
+    pieces = te_piece_calls()
+    if pieces:
+        print(
+            f"\n# Transformer Engine first: {len(pieces)} calls of one piece each (.te/, up to"
+            f" {max(p['bytes'] for p in pieces) / 2**20:.1f} MiB + the tree), back to back: the machine goes back"
+        )
+        print(
+            "# after 30 s idle, and the pieces wait on it in /tmp/te-pieces. Call 1 then installs TE while its"
+            " parts start,"
+        )
+        print(
+            "# and part 3 measures it. Without them (short of device time, or a cold machine) call 1 runs without TE."
+        )
+        for call in pieces:
+            print(f"\n# {call['title']}")
+            print(json.dumps({k: call[k] for k in ("command", "carry", "timeout_s")}, indent=1))
+    else:
+        print(
+            "\n# Transformer Engine: no .te/ here (python scripts/make_te_wheelhouse.py); call 1 runs without it"
+        )
     for n, call in enumerate(plan_calls(budget), 1):
         print(f"\n# call {n}: {call['title']}")
         print(

@@ -7,6 +7,7 @@
 #   (python scripts/gpu_evidence.py --plan prints the calls)
 #   SPEC: PART (1..4), 5:LESSON[,LESSON] (part 5, grading those lessons), or PART@NODEID[,NODEID] (only those GPU
 #   tests of the part, e.g. again after a fix)
+#   Where earlier calls brought Transformer Engine's pieces (bash scripts/gpu_te.sh receive), it is installed first.
 #
 # What comes back ($OUT holds at most 8 files): evidence.tgz (every part's records and log, the machine, the GPU's
 # memory over time; packed again every 20 s, so a call killed at its limit keeps what was measured), snapshots.tgz
@@ -24,6 +25,15 @@ mkdir -p /tmp/gpu-evidence-bwrap && dpkg -x .whl/bubblewrap_*.deb /tmp/gpu-evide
 export PYTHONPATH=$PWD$SITE PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} # several parts share 16 cores
 BUDGET=${BUDGET:-280}
+# Transformer Engine, where this call or earlier ones of the session brought its pieces (scripts/gpu_te.sh): installed
+# while the other parts start; part 3, which measures it, waits for it (and has that much less budget)
+te=""
+if [ -f .te/pieces.sha256 ] || [ -f "${TE_STORE:-/tmp/te-pieces}/pieces.sha256" ]; then
+  export GPU_EVIDENCE_TE_LOG=$W/te-install.log
+  (timeout -k 10 200 bash scripts/gpu_te.sh install >"$GPU_EVIDENCE_TE_LOG" 2>&1
+    echo "exit $?" >>"$GPU_EVIDENCE_TE_LOG") &
+  te=$!
+fi
 {
   date -u; echo "specs: $*; BUDGET=$BUDGET OMP_NUM_THREADS=$OMP_NUM_THREADS LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   ldconfig -p | grep -E "libcuda\.so|libnvidia-ml"; nvidia-smi; nproc; free -g; df -h /tmp; tail -3 "$W/pip.log"
@@ -37,6 +47,7 @@ nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -l 5 >
 smi=$!
 [ $# -gt 1 ] && export GPU_EVIDENCE_CONCURRENT="$* (OMP_NUM_THREADS=$OMP_NUM_THREADS)"
 pids=()
+t0=$SECONDS
 for spec in "$@"; do
   part=${spec%%:*} selection="" tag=p${spec%%:*}
   if [[ $spec == *@* ]]; then
@@ -49,7 +60,12 @@ for spec in "$@"; do
     tag=$tag-$(tr ',' '\n' <<<"$list" | cut -c1-2 | paste -sd-)
   fi
   (
-    timeout -k 10 $((BUDGET + 60)) python3 scripts/gpu_evidence.py --part "$part" $selection --budget "$BUDGET" \
+    if [ "$part" = 3 ] && [ -n "$te" ]; then
+      until grep -q "^exit " "$GPU_EVIDENCE_TE_LOG" 2>/dev/null; do sleep 2; done
+    fi
+    left=$((BUDGET - (SECONDS - t0)))
+    [ "$left" -ge 1 ] || left=1 # (0 would mean no budget at all)
+    timeout -k 10 $((left + 60)) python3 scripts/gpu_evidence.py --part "$part" $selection --budget "$left" \
       --out "$W/$tag" >"$W/$tag.log" 2>&1
     echo "exit $?" >>"$W/$tag.log"
   ) &
@@ -64,3 +80,4 @@ snaps=$(cd "$W" && ls p2/lesson06_* 2>/dev/null)
 ls -l "$OUT"
 grep -h "^\[part" "$W"/p*.log | grep -v ": measured" | cut -c1-300
 grep -h "^== part\|^exit" "$W"/p*.log
+if [ -n "$te" ]; then tail -4 "$GPU_EVIDENCE_TE_LOG"; fi

@@ -196,11 +196,16 @@ def wheels(folder: Path) -> dict[str, Path]:
     return {canonicalize_name(parse_wheel_filename(p.name)[0]): p for p in sorted(folder.glob("*.whl"))}
 
 
-def resolve(dest: Path) -> dict[str, dict]:
-    """Download TOP_LEVEL and every dependency the image lacks into `dest`; {name: how it was chosen}."""
+def resolve(
+    dest: Path, top_level: dict[str, str] = TOP_LEVEL, skip: dict[str, str] = SKIP
+) -> dict[str, dict]:
+    """Download `top_level` and every dependency the image lacks (but those in `skip`) into `dest`; {name: how it
+    was chosen}."""
     chosen: dict[str, dict] = {}
+    top = {canonicalize_name(n) for n in top_level}
+    skip = {canonicalize_name(n) for n in skip}
     wanted: dict[str, tuple[SpecifierSet, set[str]]] = {
-        canonicalize_name(n): (SpecifierSet(f"=={v}"), set()) for n, v in TOP_LEVEL.items()
+        canonicalize_name(n): (SpecifierSet(f"=={v}"), set()) for n, v in top_level.items()
     }
     while True:
         batch = []
@@ -208,7 +213,7 @@ def resolve(dest: Path) -> dict[str, dict]:
             if name in chosen:
                 continue
             here = local_version(name)
-            if name in TOP_LEVEL:
+            if name in top:
                 pick, why = str(spec), "pinned"
             elif here is not None and spec.contains(here, prereleases=True):
                 pick, why = f"=={here}", "the version installed here"
@@ -226,7 +231,7 @@ def resolve(dest: Path) -> dict[str, dict]:
         for name in new:
             for req in requirements_of(present[name], wanted[name][1]):
                 dep = canonicalize_name(req.name)
-                if dep in IMAGE_SET or dep in SKIP:
+                if dep in IMAGE_SET or dep in skip:
                     continue
                 old_spec, old_extras = wanted.get(dep, (SpecifierSet(), set()))
                 if dep in chosen and not (old_spec & req.specifier).contains(
@@ -304,8 +309,9 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def verify(folder: Path) -> list[str]:
+def verify(folder: Path, top_level: dict[str, str] = TOP_LEVEL, skip: dict[str, str] = SKIP) -> list[str]:
     """What is wrong with the wheelhouse in `folder` (empty: nothing): tags, duplicates, unmet requirements."""
+    skip = {canonicalize_name(n) for n in skip}
     problems = []
     tags = supported_tags()
     names: dict[str, list[str]] = {}
@@ -319,7 +325,7 @@ def verify(folder: Path) -> list[str]:
     problems += [
         f"{n}: {len(w)} versions ({', '.join(w)}); pip refuses two" for n, w in names.items() if len(w) > 1
     ]
-    for name in TOP_LEVEL:
+    for name in top_level:
         if canonicalize_name(name) not in versions:
             problems.append(f"{name}: missing")
     for wheel in sorted(folder.glob("*.whl")):
@@ -333,7 +339,7 @@ def verify(folder: Path) -> list[str]:
                 known = IMAGE_VERSIONS.get(dep)
                 if known and not req.specifier.contains(known, prereleases=True):
                     problems.append(f"{owner} needs {req}; the GPU image has {dep} {known}")
-            elif dep not in SKIP:
+            elif dep not in skip:
                 problems.append(f"{owner} needs {req}: neither in the wheelhouse nor in the GPU image")
     return problems
 

@@ -138,7 +138,8 @@ def test_the_plan_calls_fit_the_device_tool():
 def test_the_plan_prints(capsys):
     assert gpu_evidence.main(["--plan"]) == 0
     out = capsys.readouterr().out
-    assert out.count('"command"') == len(gpu_evidence.plan_calls()) and "--merge" in out
+    calls = len(gpu_evidence.plan_calls()) + len(gpu_evidence.te_piece_calls())
+    assert out.count('"command"') == calls and "--merge" in out
 
 
 # ---- the call script ------------------------------------------------------------------------------------------------
@@ -153,6 +154,15 @@ printf '{"name": "args", "part": 0, "status": "measured", "values": {"args": "%s
 [[ $out == */p2 ]] && echo snapshot > "$out/lesson06_llama_step.pickle.gz"
 echo "[part 0] args: measured"
 """
+
+
+def run_call_script(tmp_path: Path, specs: list[str], env: dict) -> subprocess.CompletedProcess:
+    """scripts/gpu_evidence_call.sh SPECS in a checkout of its own: the scripts, none of this one's .te/ or .whl/."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "scripts").symlink_to(ROOT / "scripts")
+    command = ["bash", gpu_evidence.CALL_SCRIPT, *specs]
+    return subprocess.run(command, cwd=checkout, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_the_call_script_runs_its_specs_side_by_side_and_packs_every_record(tmp_path):
@@ -170,6 +180,7 @@ def test_the_call_script_runs_its_specs_side_by_side_and_packs_every_record(tmp_
         "OUT": str(out),
         "BUDGET": "5",
         "EVIDENCE_WORK": str(tmp_path / "work"),
+        "TE_STORE": str(tmp_path / "no-te"),  # no Transformer Engine pieces (tests/test_gpu_te.py)
     }
     specs = [
         "1",
@@ -177,14 +188,7 @@ def test_the_call_script_runs_its_specs_side_by_side_and_packs_every_record(tmp_
         "5:03-amp-gradscaler,04-checkpointing",
         "4@tests/gpu/test_capstone_gpu.py::test_qlora_7b_peak",
     ]
-    proc = subprocess.run(
-        ["bash", gpu_evidence.CALL_SCRIPT, *specs],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_call_script(tmp_path, specs, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["evidence.tgz", "snapshots.tgz"]
     with tarfile.open(out / "evidence.tgz") as archive:
