@@ -49,6 +49,10 @@ print('transformer_engine', transformer_engine.__version__, 'imports, with torch
 
 install() {
   receive || return $?
+  if [ -f "$STORE/installed" ] && te_imports; then # an earlier call of this session installed it
+    echo "installed already, by an earlier call"
+    return 0
+  fi
   local whole
   whole=$(awk '$2 == "te.tar" {print $1}' "$STORE/$SUMS")
   (cd "$STORE" && cat $(awk '$2 ~ /^piece-/ {print $2}' $SUMS)) >"$STORE/te.tar" || return 1
@@ -59,12 +63,13 @@ install() {
   "${pip[@]}" "$STORE"/te/wheels/*.whl || return 1
   if te_imports; then
     echo "installed: the transformer_engine_torch built on the CPU machine"
+    touch "$STORE/installed"
     return 0
   fi
   echo "the transformer_engine_torch built on the CPU machine does not import here: building it from its sdist"
   MAX_JOBS=$(nproc) NVTE_PYTORCH_FORCE_BUILD=TRUE "${pip[@]}" --no-build-isolation \
     "$STORE"/te/build/transformer_engine_torch-*.tar.gz || return 1
-  te_imports && echo "installed: transformer_engine_torch built here from its sdist"
+  te_imports && echo "installed: transformer_engine_torch built here from its sdist" && touch "$STORE/installed"
 }
 
 case $1 in

@@ -169,6 +169,9 @@ def test_install_joins_the_pieces_and_installs_every_wheel_without_dependencies(
     assert {f"{p.parent.name}/{p.name}": p.read_bytes() for p in store.glob("*/*")} == contents
     (pip,) = (tmp_path / "pip.log").read_text().splitlines()
     assert "--no-deps" in pip and "--no-index" in pip and pip.count(".whl") == 2 and ".tar.gz" not in pip
+    again = call(tmp_path, dest, [], "install", env)  # a later call of the session: nothing to do
+    assert again.returncode == 0 and "installed already" in again.stdout
+    assert len((tmp_path / "pip.log").read_text().splitlines()) == 1
 
 
 def test_install_builds_the_extension_from_its_sdist_when_the_prebuilt_one_does_not_import(
