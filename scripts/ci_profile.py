@@ -6,8 +6,9 @@
 `.ci/run` writes PROFILE_DIR (`.ci-profile/`, git-ignored): `steps.tsv` (each step's name and seconds, as it ran, and
 the core-seconds the machine's CPUs were busy meanwhile) and `junit-*.xml` (pytest's JUnit reports: every test item's
 time). This script joins them: the steps in order with their share of the run, the total, the tiers' items (`slow`
-or not, as `pytest -m "not slow"` selects), the slowest items, and the time by test file. results/ci_profile.json is this output for a run of `.ci/run` from a clean clone
-on the machine CI runs on (README, Develop, says when and where).
+or not, as `pytest -m "not slow"` selects), the slowest items, and the time by test file. results/ci_profile.json
+is this output for a run of `.ci/run` from a clean clone on the machine CI runs on (README, Develop, says when and
+where).
 """
 
 from __future__ import annotations

@@ -518,9 +518,8 @@ def step_snapshot_files(ctx: Context, since: float) -> None:
     ctx.rec.measured("profiling_snapshot_files", {"files": copied})
 
 
-TE_LOG_ENV = (
-    "GPU_EVIDENCE_TE_LOG"  # scripts/gpu_evidence_call.sh: the log of `bash scripts/gpu_te.sh install`
-)
+#: set by scripts/gpu_evidence_call.sh: the log of `bash scripts/gpu_te.sh install`
+TE_LOG_ENV = "GPU_EVIDENCE_TE_LOG"
 
 
 def step_transformer_engine(ctx: Context) -> None:

@@ -5,10 +5,11 @@
 # $TE_STORE between calls.
 #
 #   bash scripts/gpu_te.sh receive   keep the pieces this call carried, check them, say which of them are there
-#   bash scripts/gpu_te.sh install   receive, then, once every piece is there: join them, check the whole, install
-#                                    the wheels (--no-deps) and import transformer_engine.pytorch; if the extension
-#                                    built on the CPU machine does not import, build transformer_engine_torch here
-#                                    from its sdist with this machine's nvcc, and import again
+#   bash scripts/gpu_te.sh install   unless an earlier call installed it: receive, then, once every piece is there,
+#                                    join them, check the whole, install the wheels (--no-deps) and import
+#                                    transformer_engine.pytorch; if the extension built on the CPU machine does not
+#                                    import, build transformer_engine_torch here from its sdist with this machine's
+#                                    nvcc, and import again
 #
 # TE_STORE: where the pieces wait (default /tmp/te-pieces); PYTHON: the environment to install into (default python3).
 # Exit status: 0 done; 2 pieces missing (install: nothing installed); 1 anything else.
@@ -48,11 +49,11 @@ print('transformer_engine', transformer_engine.__version__, 'imports, with torch
 }
 
 install() {
-  receive || return $?
   if [ -f "$STORE/installed" ] && te_imports; then # an earlier call of this session installed it
     echo "installed already, by an earlier call"
     return 0
   fi
+  receive || return $?
   local whole
   whole=$(awk '$2 == "te.tar" {print $1}' "$STORE/$SUMS")
   (cd "$STORE" && cat $(awk '$2 ~ /^piece-/ {print $2}' $SUMS)) >"$STORE/te.tar" || return 1

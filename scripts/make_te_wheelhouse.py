@@ -132,22 +132,9 @@ def build_env(python: str) -> Path:
     if not py.exists():
         run([python, "-m", "venv", venv])
     torch = f"torch=={wh.IMAGE_VERSIONS['torch']}"  # PyPI's Linux wheel of 2.11.0 is the CUDA 13.0 build, as the image's
-    run(
-        [
-            py,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            torch,
-            "cuda-toolkit[cccl,nvcc]",
-            "setuptools",
-            "wheel",
-            "pybind11",
-            "ninja",
-        ]
-    )
-    run([py, "-m", "pip", "install", "-q", "einops", "onnx", "onnxscript"])  # on the image; TE imports them
+    tools = ["cuda-toolkit[cccl,nvcc]", "setuptools", "wheel", "pybind11", "ninja"]
+    on_the_image = ["einops", "onnx", "onnxscript"]  # TE imports them
+    run([py, "-m", "pip", "install", "-q", torch, *tools, *on_the_image])
     return py
 
 
@@ -203,23 +190,17 @@ def split(dest: Path, piece_bytes: int) -> list[dict]:
             for path in sorted((dest / folder).iterdir()):
                 tar.add(path, arcname=f"{folder}/{path.name}")
     pieces = []
+    joined = hashlib.sha256()  # the whole's, as it is read once
     with open(whole, "rb") as src:
         while chunk := src.read(piece_bytes):
             name = f"piece-{len(pieces) + 1:02d}"
             (dest / name).write_bytes(chunk)
+            joined.update(chunk)
             pieces.append({"name": name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
-    lines = [f"{p['sha256']}  {p['name']}" for p in pieces] + [f"{sha256_of(whole)}  te.tar"]
+    lines = [f"{p['sha256']}  {p['name']}" for p in pieces] + [f"{joined.hexdigest()}  te.tar"]
     (dest / SUMS).write_text("\n".join(lines) + "\n")
     whole.unlink()
     return pieces
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(2**20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def piece_size(tree: int) -> int:
@@ -256,7 +237,10 @@ def verify(dest: Path | None = None) -> list[str]:
         path = dest / piece["name"]
         if not path.exists():
             problems.append(f"{piece['name']}: missing")
-        elif sha256_of(path) != piece["sha256"]:
+            continue
+        with path.open("rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        if digest != piece["sha256"]:
             problems.append(f"{piece['name']}: checksum differs from {SUMS}")
         elif tree + piece["bytes"] + (dest / SUMS).stat().st_size >= wh.CARRY_LIMIT:
             problems.append(

@@ -144,16 +144,36 @@ def test_the_plan_prints(capsys):
 
 # ---- the call script ------------------------------------------------------------------------------------------------
 
-#: a stand-in for the GPU machine's python3: pip succeeds; gpu_evidence.py writes one record and its output
+#: a stand-in for the GPU machine's python3. pip succeeds, writing its arguments to $FAKE_LOG and taking
+#: $FAKE_PIP_SECONDS; `-c` (gpu_te.sh's import of Transformer Engine) fails while the file $TE_IMPORT_FAILS holds a
+#: count above 0, counting it down; gpu_evidence.py writes one record (its arguments, what it shares the GPU with, the
+#: TE install's log as it found it) and its output
 FAKE_PYTHON = """#!/bin/bash
-[ "$2" = pip ] && exit 0
+if [ "$2" = pip ]; then echo "pip $*" >> "${FAKE_LOG:-/dev/null}"; sleep "${FAKE_PIP_SECONDS:-0}"; exit 0; fi
+if [ "$1" = -c ]; then
+  n=$(cat "${TE_IMPORT_FAILS:-/dev/null}" 2>/dev/null)
+  if [ "${n:-0}" -gt 0 ]; then
+    echo $((n - 1)) > "$TE_IMPORT_FAILS"; echo "ImportError: undefined symbol" >&2; exit 1
+  fi
+  echo "transformer_engine 2.20.2 imports"; exit 0
+fi
 out=""; prev=""; for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done
 mkdir -p "$out"
-printf '{"name": "args", "part": 0, "status": "measured", "values": {"args": "%s", "shared": "%s"}}\n' \
-    "$*" "$GPU_EVIDENCE_CONCURRENT" > "$out/records-part0.jsonl"
+te_log=$(tr '\\n' '|' < "${GPU_EVIDENCE_TE_LOG:-/dev/null}")
+printf '{"name": "args", "part": 0, "status": "measured", "values": {"args": "%s", "shared": "%s", "te_log": "%s"}}\\n' \\
+    "$*" "$GPU_EVIDENCE_CONCURRENT" "$te_log" > "$out/records-part0.jsonl"
 [[ $out == */p2 ]] && echo snapshot > "$out/lesson06_llama_step.pickle.gz"
 echo "[part 0] args: measured"
 """
+
+
+def write_fake_python(folder: Path) -> Path:
+    """FAKE_PYTHON as `folder`/python3, for a PATH that puts `folder` first."""
+    folder.mkdir(exist_ok=True)
+    python = folder / "python3"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    return python
 
 
 def run_call_script(tmp_path: Path, specs: list[str], env: dict) -> subprocess.CompletedProcess:
@@ -171,10 +191,8 @@ def test_the_call_script_runs_its_specs_side_by_side_and_packs_every_record(tmp_
     import tarfile
 
     bin_dir, out = tmp_path / "bin", tmp_path / "out"
-    bin_dir.mkdir()
+    write_fake_python(bin_dir)
     out.mkdir()
-    (bin_dir / "python3").write_text(FAKE_PYTHON)
-    (bin_dir / "python3").chmod(0o755)
     env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "OUT": str(out),

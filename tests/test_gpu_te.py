@@ -19,36 +19,15 @@ import gpu_evidence
 import make_te_wheelhouse as te_wh
 import make_wheelhouse
 import pytest
-from test_gpu_evidence import run_call_script
+from test_gpu_evidence import run_call_script, write_fake_python
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_te.sh"
 
-#: a stand-in for the GPU machine's python3: pip records its arguments; `-c` (the import) fails while
-#: $TE_IMPORT_FAILS holds a count above 0, counting down
-FAKE_PYTHON = """#!/bin/bash
-log=${FAKE_LOG:-/dev/null}
-if [ "$2" = pip ]; then echo "pip $*" >> "$log"; sleep 1; exit 0; fi  # slow enough to see who waits for it
-if [ "$1" = -c ]; then
-  n=$(cat "$TE_IMPORT_FAILS" 2>/dev/null || echo 0)
-  if [ "$n" -gt 0 ]; then echo $((n - 1)) > "$TE_IMPORT_FAILS"; echo "ImportError: undefined symbol" >&2; exit 1; fi
-  echo "transformer_engine 2.20.2 imports"; exit 0
-fi
-out=""; prev=""; for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done
-mkdir -p "$out"
-te_log=$(tr '\\n' '|' < "${GPU_EVIDENCE_TE_LOG:-/dev/null}")
-printf '{"name": "args", "part": 0, "status": "measured", "values": {"args": "%s", "te_log": "%s"}}\\n' \\
-    "$*" "$te_log" > "$out/records-part0.jsonl"
-"""
-
 
 @pytest.fixture
 def fake_python(tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").write_text(FAKE_PYTHON)
-    (bin_dir / "python3").chmod(0o755)
-    return bin_dir / "python3"
+    return write_fake_python(tmp_path / "bin")
 
 
 @pytest.fixture
@@ -85,6 +64,7 @@ def env_for(tmp_path, fake_python, **extra):
         "TE_STORE": str(tmp_path / "store"),
         "FAKE_LOG": str(tmp_path / "pip.log"),
         "TE_IMPORT_FAILS": str(tmp_path / "import-fails"),
+        "FAKE_PIP_SECONDS": "1",  # slow enough to see who waits for the install
         **{k: str(v) for k, v in extra.items()},
     }
 
