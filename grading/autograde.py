@@ -66,6 +66,11 @@ class GradingSettings(Configurable):
     kit_dir = Unicode(
         "", help="a prepared copy of the kit the kernels import (default: made per process)"
     ).tag(config=True)
+    judge_in_process = Bool(
+        False,
+        help="judge in this process (grade.py's worker, which grades one notebook and ends) instead of a new one "
+        "per notebook (a plain `nbgrader autograde`, which grades many in one process)",
+    ).tag(config=True)
 
     def limits(self) -> isolation.Limits:
         return isolation.Limits(memory_bytes=int(self.memory_gb * 2**30), processes=self.processes)
@@ -365,7 +370,7 @@ def _make_judge_checks():
                 language=source_language(source),
             )
             request.source_dir = source_dir
-            verdicts = run_judge(request, self.judge_timeout)
+            verdicts = run_judge(request, self.judge_timeout, settings.judge_in_process)
             for (cell, errors), verdict in zip(cells, verdicts):
                 cell.outputs = verdict_outputs(verdict, errors)
                 if verdict.flag and verdict.flag not in findings["flags"]:
@@ -420,21 +425,15 @@ def _is_solution(cell) -> bool:
     return bool((cell.get("metadata", {}).get("nbgrader") or {}).get("solution"))
 
 
-#: True in a process that grades one submission and then ends (grading/worker.py, forked from grade.py's preloaded
-#: server): the judge runs in that process, as fresh as its own would be, without starting Python and importing torch
-#: again. False where one process grades many notebooks (a plain `nbgrader autograde`): there each notebook's judge
-#: is a new process, so that nothing of one notebook's judging (the drawn cases' seed, imported check modules, the
-#: language) is left for the next.
-JUDGE_IN_THIS_PROCESS = False
-
-
-def run_judge(request, timeout: float):
+def run_judge(request, timeout: float, in_process: bool = False):
     """The judge's verdicts: from its own process (`python -m grading.judge`), or in this one where it grades only
-    this notebook (`JUDGE_IN_THIS_PROCESS`). The request crosses as the same JSON either way."""
+    this notebook and ends (`in_process`: grade.py's worker, a fresh process, so nothing of one notebook's judging,
+    the drawn cases' seed, imported check modules, the language, is left for another). The request crosses as the
+    same JSON either way."""
     from grading.judge import JudgeReply, JudgeRequest, judge_all
 
     data = json.dumps(request.to_data())
-    if JUDGE_IN_THIS_PROCESS:
+    if in_process:
         return judge_all(JudgeRequest.from_data(json.loads(data))).verdicts
     proc = subprocess.run(
         [sys.executable, "-P", "-m", "grading.judge"],  # -P: the working directory is not put on sys.path

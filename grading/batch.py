@@ -117,13 +117,14 @@ def grading_order(indexed: list[tuple[int, str]], lessons: list[str]) -> list[tu
 
 def worker_server(lesson_notebooks: list[Path]):
     """The server grade.py forks its workers from (multiprocessing's forkserver, started on first use), with what
-    grading these lessons needs imported once (`grading.worker.preload_for`)."""
+    grading these lessons needs imported once: on a machine where a CUDA device may be present, nothing that touches
+    CUDA (`grading.worker.preload_for`; why in grading/worker.py)."""
     import multiprocessing.forkserver
 
     from grading.worker import preload_for
 
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(preload_for(lesson_notebooks))
+    context.set_forkserver_preload(preload_for(lesson_notebooks, cuda=isolation.cuda_device_present()))
     multiprocessing.forkserver.ensure_running()  # it imports while the courses are prepared
     return context
 

@@ -34,6 +34,8 @@ from grading.i18n import _
 
 SYSTEM_FOLDERS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt", "/sys")
 GPU_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
+#: the files through which a process reaches an NVIDIA GPU with CUDA: where none exists, torch finds no CUDA device
+CUDA_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia[0-9]*")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # set by an instructor, they win over the CPU share
 
 
@@ -100,6 +102,10 @@ class Sandbox:
             # where the CUDA driver's library is found on some GPU machines (/usr/local/nvidia/lib64): read-only
             # under /usr, and the instructor's setting, never the submission's
             env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
+        if (
+            "CUDA_VISIBLE_DEVICES" in os.environ
+        ):  # the instructor's choice of GPUs (none: graded as without a GPU)
+            env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         if any(name in os.environ for name in THREAD_VARIABLES):  # the instructor's setting, alone
             env.update({name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ})
         elif self.threads:
@@ -137,7 +143,24 @@ def python_folders() -> list[str]:
     return [p for p in real if not any(p != q and p.startswith(q + os.sep) for q in real)]
 
 
+def cuda_hidden(environ=None) -> bool:
+    """CUDA_VISIBLE_DEVICES hides every device (empty, or an invalid first index such as -1: CUDA enumerates the
+    devices up to the first invalid one). An instructor's way to grade as a machine without a GPU."""
+    value = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
+    return value is not None and (value.strip() == "" or value.split(",")[0].strip().startswith("-"))
+
+
+def cuda_device_present(environ=None) -> bool:
+    """Whether a process started here may find a CUDA device, decided without touching CUDA (which would make this
+    process's forks unable to use it): a device file of NVIDIA's driver exists and CUDA_VISIBLE_DEVICES does not hide
+    it. Where it says False, torch.cuda.is_available() is False."""
+    return not cuda_hidden(environ) and any(glob.glob(pattern) for pattern in CUDA_DEVICE_FILES)
+
+
 def gpu_devices() -> list[str]:
+    """The GPU device files a sandbox is given: none where CUDA_VISIBLE_DEVICES hides every device."""
+    if cuda_hidden():
+        return []
     return sorted({p for pattern in GPU_DEVICES for p in glob.glob(pattern)})
 
 

@@ -3,7 +3,7 @@
     python -m grading.judge < REQUEST.json        (started by grading.autograde.JudgeChecks; prints its reply)
 
 (Under scripts/grade.py the same `judge_all` runs in the notebook's own worker process, which grades that notebook
-only and never executes submitted code either: grading.autograde.JUDGE_IN_THIS_PROCESS.)
+only and never executes submitted code either: `GradingSettings.judge_in_process`.)
 
 The request holds, per check cell, the cell's locked source (`from autograders.lesson01 import check_x` and the
 call), the transcripts the cell showed (plain data, autograders/kit.py) and its error, if any; the student's seed of
@@ -259,7 +259,7 @@ def judge_all(request: JudgeRequest) -> JudgeReply:
 def use_judge_environment() -> None:
     """What the judge runs under, set before it imports the kit: the kit's plain mode (an empty COURSE_GRADING; the
     kit reads it when it is imported) and Hugging Face offline (judging fetches nothing). A judge process sets it in
-    `main`; a grade.py worker, in which the judge runs, when it is forked."""
+    `main`; a grade.py worker, in which the judge runs, when it starts (grading/worker.py)."""
     import os
 
     os.environ["COURSE_GRADING"] = ""

@@ -3,8 +3,21 @@
     python -m grading.worker TASK.json        (writes the task's result.json)
 
 scripts/grade.py does not start Python for each submission: it forks each worker from a server that has imported
-torch, nbformat and nbgrader once (`forked`, multiprocessing's forkserver: about 2 s less per notebook on 2 cores),
-and the judge then runs in the worker itself (`grading.autograde.JUDGE_IN_THIS_PROCESS`), a fresh process either way.
+nbformat and nbgrader once (`forked`, multiprocessing's forkserver), and on a machine without a GPU torch and what
+the course's checks import too (about 2 s less per notebook on 2 cores). The judge then runs in the worker itself
+(`GradingSettings.judge_in_process`): the worker grades one notebook and ends, so it is as fresh as a judge process
+of its own would be.
+
+**CUDA and fork.** A process forked from one that has touched CUDA cannot use CUDA: torch refuses ("Cannot
+re-initialize CUDA in forked subprocess") or the driver fails ("CUDA error: initialization error"). Touching it takes
+no more than `torch.cuda.is_available()`, which bitsandbytes calls when it is imported (peft imports it,
+transformers' Trainer imports peft), and which library does so at import changes from release to release. So where
+a CUDA device may be present (`grading.isolation.cuda_device_present`: its device files exist and
+CUDA_VISIBLE_DEVICES does not hide them), the server imports only what never imports torch (`PRELOAD`), and a
+worker forked from a server that has torch anyway (a later release of one of those packages may import it) starts
+again as a fresh interpreter before it does anything (`fresh_interpreter_needed`). A GPU grader's workers import
+torch themselves, each after its own fork. (Spawning every worker would be as safe, and pay for nbgrader's imports
+too.)
 
 1. The submission is read as data (grading/submission.py); a notebook that cannot be graded is one line of notes.
    Cells carrying grade ids the lesson does not have lose their grading metadata (nbgrader would stop at them);
@@ -20,6 +33,7 @@ and the judge then runs in the worker itself (`grading.autograde.JUDGE_IN_THIS_P
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 import sys
 import time
@@ -30,37 +44,48 @@ from pathlib import Path
 
 from grading.course import graded_cells, nbgrader_api
 from grading.i18n import _
+from grading.isolation import cuda_device_present
 from grading.submission import Refused, copy_lesson_folder, grade_id, is_test_cell, read_submission
 from grading.types import Result, Task
 from memlab.i18n import set_language
 
 NOTE_CHARS = 300
-#: what the server that grade.py forks its workers from imports once (not the check kit: it reads the grading mode
-#: from the environment when it is imported, and a worker's judge imports it after setting that)
+#: what the server that grade.py forks its workers from imports once, on every machine: none of it imports torch
+#: (tests/test_grading_startup.py), so a server that imports only these never touches CUDA. Not the check kit: it
+#: reads the grading mode from the environment when it is imported, and a worker's judge imports it after setting that
 PRELOAD = [
-    "torch",
-    "memlab",
     "nbformat",
     "nbgrader.apps",
     "grading.worker",
     "grading.autograde",
     "grading.judge",
+    "memlab",
 ]
-#: what a judge of lessons whose checks are the kit's (`from autograders.lessonNN import ...`) imports besides: the
-#: check modules' own dependencies (memlab's models and simulator: transformers, torch's fake tensors) and the
-#: libraries their references call (transformers' Trainer in lessons 05 and 06, peft in lesson 08). Preloaded once
-#: (about 4 s) only when such a lesson is graded, instead of 2-4 s in each of its judges; a lesson whose checks are a
+#: what the server imports besides where no CUDA device can be present: torch, and, for lessons whose checks are the
+#: kit's (`from autograders.lessonNN import ...`), the check modules' own dependencies (memlab's models and
+#: simulator: transformers, torch's fake tensors) and the libraries their references call (transformers' Trainer in
+#: lessons 05 and 06, peft in lesson 08): about 4 s once instead of 2-4 s in each judge. A lesson whose checks are a
 #: module of its own (the tests' fixture lesson) does not pay for them.
+TORCH_PRELOAD = ["torch"]
 KIT_PRELOAD = ["memlab.models", "memlab.estimate", "transformers.trainer", "peft"]
 
 
-def preload_for(lesson_notebooks: list[Path]) -> list[str]:
-    """What the worker server imports for grading these lessons (their source notebooks): `PRELOAD`, and
+def preload_for(lesson_notebooks: list[Path], cuda: bool) -> list[str]:
+    """What the worker server imports for grading these lessons (their source notebooks) on a machine where a CUDA
+    device may be present (`cuda`) or not: `PRELOAD` alone with CUDA (nothing that touches it); else torch too, and
     `KIT_PRELOAD` when a lesson's checks are the kit's."""
+    if cuda:
+        return list(PRELOAD)
     kit_checks = any(
         p.is_file() and "from autograders." in p.read_text(encoding="utf-8") for p in lesson_notebooks
     )
-    return PRELOAD + KIT_PRELOAD if kit_checks else list(PRELOAD)
+    return PRELOAD + TORCH_PRELOAD + (KIT_PRELOAD if kit_checks else [])
+
+
+def fresh_interpreter_needed(cuda: bool, loaded=None) -> bool:
+    """Whether a worker forked from the server must start again as a fresh interpreter before it grades: where a
+    CUDA device may be present and torch was imported before the fork (anything may have touched CUDA then)."""
+    return cuda and "torch" in (sys.modules if loaded is None else loaded)
 
 
 def drop_unknown_grade_ids(nb, known: set[str]) -> list[str]:
@@ -159,6 +184,7 @@ def grade(task: Task) -> Result:
             "GradingSettings.isolate": task.isolate,
             "GradingSettings.run_demonstrations": task.run_demonstrations,
             "GradingSettings.kit_dir": task.kit_dir,
+            "GradingSettings.judge_in_process": True,
         },
     )
     outcome = api.autograde(slug, student, force=True, create=True)
@@ -242,6 +268,9 @@ def autograde_error(outcome: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
+    from grading.judge import use_judge_environment
+
+    use_judge_environment()  # the judge runs in this process (GradingSettings.judge_in_process)
     task = Task.load(Path(argv[0]))
     try:
         result = grade(task)
@@ -256,21 +285,22 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+#: what a worker that starts again as a fresh interpreter writes to its log first
+FRESH_START_LOG = "worker: started again as a fresh interpreter (torch was imported before the fork on a machine where a CUDA device may be present)"
+
+
 def forked(task_path: str, log_path: str) -> None:
     """A worker forked from grade.py's preloaded server (multiprocessing's forkserver): in its own session, as a
     started `python -m grading.worker` is, so that a worker past its deadline is killed with its kernel; its output
-    to `log_path`; the judge in this process."""
-    import os
-
-    from grading import autograde
-    from grading.judge import use_judge_environment
-
+    to `log_path`; the judge in this process. Where it must not use what the server imported
+    (`fresh_interpreter_needed`), it becomes `python -m grading.worker` in place: the same process, session and log."""
     os.setsid()
     with open(log_path, "ab") as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
-    use_judge_environment()
-    autograde.JUDGE_IN_THIS_PROCESS = True
+    if fresh_interpreter_needed(cuda_device_present()):
+        print(FRESH_START_LOG, flush=True)
+        os.execv(sys.executable, [sys.executable, "-P", "-m", "grading.worker", task_path])
     sys.exit(main([task_path]))
 
 
