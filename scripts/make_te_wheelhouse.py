@@ -90,7 +90,14 @@ TE_NAMES = (
     "transformer_engine.common.recipe.Format",
 )
 #: the keyword arguments lesson 07 passes to te.TransformerLayer
-TRANSFORMER_LAYER_KWARGS = ("hidden_size", "ffn_hidden_size", "num_attention_heads", "params_dtype", "device")
+TRANSFORMER_LAYER_KWARGS = (
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "params_dtype",
+    "device",
+    "fuse_qkv_params",
+)
 
 
 def build_python(given: str | None) -> str:

@@ -10,6 +10,8 @@ On the device machine (no nbclient / ipykernel there): `python scripts/gpu_evide
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import os
 import shutil
@@ -34,6 +36,35 @@ SUMMARY_PROBE = (
 )
 SLUGS = sorted(p.parent.name for p in (ROOT / "solutions").glob("*/*.ipynb"))
 CELL_TIMEOUT = 600
+TE_LESSON = "07-fp8-transformer-engine"
+TE_ROW = "te.TransformerLayer step, "  # how lesson 07's §7 names each of its rows in SUMMARY
+
+
+def te_runs(nb) -> list[str]:
+    """The labels of lesson 07's §7 runs (its `RUNS = {label: ...}`), read from the notebook's code."""
+    for cell in nb.cells:
+        if cell.cell_type != "code" or "RUNS" not in cell.source:
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "RUNS" for t in node.targets):
+                return [key.value for key in node.value.keys]
+    return []
+
+
+def missing_te_rows(nb, summary: dict) -> list[str]:
+    """The §7 runs with no row in the lesson's SUMMARY: where TE is installed on an FP8 GPU, every one must run."""
+    rows = [key for key in summary if key.startswith(TE_ROW)]
+    return [
+        label for label in te_runs(nb) if not any(row[len(TE_ROW) :].startswith(f"{label}:") for row in rows)
+    ]
+
+
+def transformer_engine_runs_here() -> bool:
+    import torch
+
+    return importlib.util.find_spec(
+        "transformer_engine"
+    ) is not None and torch.cuda.get_device_capability() >= (8, 9)
 
 
 def _text(cell) -> str:
@@ -82,3 +113,7 @@ def test_solution_runs_on_the_gpu_and_every_gpu_check_is_checked(slug, tmp_path,
         assert passed or "NOT CHECKED HERE" in text, f"{slug} {cell.metadata.nbgrader['grade_id']}: {text!r}"
     wanting_a_gpu = [line for line in not_checked if "GPU" in line.split("found")[0] or "capability" in line]
     assert not wanting_a_gpu, f"{slug}: GPU checks not run on this GPU: {wanting_a_gpu}"
+    if slug == TE_LESSON and transformer_engine_runs_here():
+        assert te_runs(nb), "lesson 07 no longer declares its §7 runs (RUNS)"
+        missing = missing_te_rows(nb, summary)
+        assert not missing, f"Transformer Engine is installed, but §7 printed no row for {missing}"
