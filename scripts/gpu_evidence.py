@@ -8,7 +8,7 @@
     python scripts/gpu_evidence.py --rehearse [--out DIR] [--results DIR]   every part's plumbing on this CPU, merged
                                                                             into a temporary folder (not results/)
 
-The parts, in order of value (each fits one device call: by default it stops starting work after 480 s):
+The parts, in order of value (each fits one GPU command: by default it stops starting work after 480 s):
   1. the machine (device, driver, torch, CUDA, packages, the grading sandbox), the storage tracker against
      torch.cuda.max_memory_allocated and the simulator against a real CUDA step (tests/gpu/test_gpu_memory.py),
      lesson 03's bf16/fp32 measurement (tests/gpu/test_amp_gpu.py), lessons 01-03 executed at GPU sizes;
@@ -37,7 +37,7 @@ not start as skipped, with the reason.
 plots the lessons cite, results/<gpu-name>-*.png, from measured records only. It refuses rehearsal records in
 results/.
 
-Transformer Engine is not on the lent machine's image and too large for one call: `--plan` lists first the calls
+Transformer Engine is not on the GPU machine's image and too large for one command: `--plan` lists first the calls
 that bring its pieces (scripts/make_te_wheelhouse.py, scripts/gpu_te.sh); scripts/gpu_evidence_call.sh installs it
 before part 3 runs.
 """
@@ -69,14 +69,13 @@ SOLUTIONS = ROOT / "solutions"
 FIXTURE_SOLUTIONS = ROOT / "tests" / "fixtures" / "minicourse" / "solutions"
 GPU_TESTS = "tests/gpu"
 
-DEFAULT_BUDGET = 480.0  # seconds a part may start work in: one device call is 600 s at most
+DEFAULT_BUDGET = 480.0  # seconds a part may start work in: one GPU command is 600 s at most
 MIN_LEFT = 20.0  # a step or test is not started with less left than this
 #: grade.py --memory-limit on the GPU machine (128 GiB there). grade.py's default, 8 GiB, is sized for CPU graders;
 #: a CUDA process also maps host memory (the driver's, pinned buffers such as lesson 04's save_on_cpu) that prlimit's
 #: data limit counts, so part 5 grades with more, as a precaution (not measured yet), and records it
 GRADE_MEMORY_GB = 32.0
 GRADE_SEED = 20261124
-GRADE_MIN_LEFT = 120.0  # a lesson's grading (two notebooks and the judge) is not started with less left
 RECORDS = "records-part{part}.jsonl"
 CARRY = [".whl"]
 DEVICE_TIMEOUT_S = 600
@@ -86,6 +85,7 @@ PART_TITLES = {
     3: "lesson 07: _scaled_mm and torchao FP8 vs bf16, Transformer Engine, notebook at GPU sizes",
     4: "lesson 08: 7B LoRA step vs simulation, QLoRA, step times, notebook (7B IMDB fine-tune)",
     5: "grading on the GPU machine: solved and blank submissions",
+    6: "the class benchmark on the machine's cores, CUDA visible and hidden",
 }
 #: the notebook test, by lesson
 NOTEBOOK_TEST = (
@@ -747,7 +747,15 @@ def build_submissions(solutions: Path, slugs: list[str], folder: Path) -> None:
         (folder / "blank" / slug / notebook).write_bytes(released[f"{slug}/{notebook}"])
 
 
+#: grade.py's --jobs for part 5 on a GPU machine: every lesson's solved and blank notebooks in one run, as a class is
+#: graded (one job per two of its 16 cores; the parts beside it take the rest)
+GRADE_JOBS = 8
+
+
 def step_grading(ctx: Context) -> None:
+    """Every lesson's solved and blank submission, graded by one grade.py run with --jobs, as an instructor grades a
+    class on this machine: per lesson, its rows and whether the GPU checks earned their points; then the proof the
+    GPU plan asks for, `grading_proof`: every solved notebook earns every autograded point unflagged, every blank 0."""
     from grading import isolation
     from grading.course import graded_cells
 
@@ -767,84 +775,158 @@ def step_grading(ctx: Context) -> None:
             else "graded with --no-isolation (not for credit)",
         },
     )
+    jobs = 2 if ctx.rehearsal else min(GRADE_JOBS, 2 * len(slugs))
     with tempfile.TemporaryDirectory(prefix="gpu-evidence-grading-") as tmp:
         subs = Path(tmp) / "submissions"
         build_submissions(solutions, slugs, subs)
-        for slug in slugs:
-            name = f"grading/{slug}"
-            why = ctx.budget.why_not(GRADE_MIN_LEFT)
-            if why:
-                ctx.rec.skipped(name, why)
-                ctx.rec.skipped(f"grading_gpu_checks/{slug}", why)
-                continue
-            csv_path = Path(tmp) / f"{slug}.csv"
-            command = [sys.executable, str(SCRIPTS / "grade.py"), str(subs), "--out", str(csv_path)]
-            jobs = "2" if ctx.rehearsal else "1"  # on the GPU one at a time: the timing checks share nothing
-            command += ["--lessons", slug, "--seed", str(GRADE_SEED), "--jobs", jobs]
-            command += ["--memory-limit", f"{GRADE_MEMORY_GB:g}", "--solutions", str(solutions)]
-            if ctx.rehearsal:
-                command += ["--timeout", "60"]
-            if not isolated:
-                command.append("--no-isolation")
-            shown = " ".join(["scripts/grade.py", "SUBMISSIONS", *command[3:]]).replace(str(ROOT) + "/", "")
-            start = time.monotonic()
-            rc, out = run_bounded(command, ctx)
-            seconds = time.monotonic() - start
-            rows = {}
-            if csv_path.exists():
-                with open(csv_path, newline="", encoding="utf-8") as fh:
-                    rows = {row["student"]: row for row in csv.DictReader(fh)}
-            if rc != 0 or set(rows) != {"solved", "blank"}:
-                error = "stopped at the part's budget" if rc is None else f"grade.py exited {rc}"
-                ctx.rec.failed(
-                    name,
-                    f"{error}; rows for {sorted(rows) or 'nobody'}",
-                    values={"rows": rows, "output_tail": tail(out, 40)},
-                    command=shown,
-                    seconds=seconds,
-                )
-                ctx.rec.skipped(f"grading_gpu_checks/{slug}", "the grading did not finish")
-                continue
-            points = {gid: pts for gid, pts, _ in graded_cells(solutions / slug)}
-            ctx.rec.measured(
+        csv_path = Path(tmp) / "grades.csv"
+        command = [sys.executable, str(SCRIPTS / "grade.py"), str(subs), "--out", str(csv_path)]
+        command += ["--lessons", *slugs, "--seed", str(GRADE_SEED), "--jobs", str(jobs)]
+        command += ["--memory-limit", f"{GRADE_MEMORY_GB:g}", "--solutions", str(solutions)]
+        if ctx.rehearsal:
+            command += ["--timeout", "60"]
+        if not isolated:
+            command.append("--no-isolation")
+        shown = " ".join(["scripts/grade.py", "SUBMISSIONS", *command[3:]]).replace(str(ROOT) + "/", "")
+        start = time.monotonic()
+        rc, out = run_bounded(command, ctx)  # rows are written as they are graded: a stopped run keeps them
+        seconds = time.monotonic() - start
+        rows: dict[tuple[str, str], dict] = {}
+        if csv_path.exists():
+            with open(csv_path, newline="", encoding="utf-8") as fh:
+                rows = {(row["lesson"], row["student"]): row for row in csv.DictReader(fh)}
+    stopped = "stopped at the part's budget" if rc is None else (f"grade.py exited {rc}" if rc else "")
+    config = {"memory_limit_gb": GRADE_MEMORY_GB, "jobs": jobs, "solutions": str(solutions.relative_to(ROOT))}
+    proof = {}
+    for slug in slugs:
+        name = f"grading/{slug}"
+        solved, blank = rows.get((slug, "solved")), rows.get((slug, "blank"))
+        if solved is None or blank is None:
+            graded = sorted(student for lesson, student in rows if lesson == slug)
+            ctx.rec.failed(
                 name,
-                {
-                    "solved": rows["solved"],
-                    "blank": rows["blank"],
-                    "isolated": isolated,
-                    "seed": GRADE_SEED,
-                    "cell_points": points,
-                },
-                config={
-                    "memory_limit_gb": GRADE_MEMORY_GB,
-                    "jobs": int(jobs),
-                    "solutions": str(solutions.relative_to(ROOT)),
-                },
+                f"{stopped or 'grade.py ended'} before it graded both; rows for {graded or 'nobody'}",
+                values={"output_tail": tail(out, 40)},
+                config=config,
                 command=shown,
                 seconds=seconds,
             )
-            wanted = gpu_checks(solutions, slug)
-            earned = {
-                gid: {"points": float(rows["solved"].get(gid) or 0), "of": points.get(gid)} for gid in wanted
-            }
-            if not ctx.cuda:
-                ctx.rec.skipped(
-                    f"grading_gpu_checks/{slug}",
-                    "no CUDA: the GPU checks cannot earn points here",
-                    values={"gpu_checks": earned, "needs": wanted},
-                )
-                continue
-            ctx.rec.measured(
+            ctx.rec.skipped(f"grading_gpu_checks/{slug}", "the grading did not finish")
+            proof[slug] = {"graded": False}
+            continue
+        points = {gid: pts for gid, pts, _ in graded_cells(solutions / slug)}
+        ctx.rec.measured(
+            name,
+            {
+                "solved": solved,
+                "blank": blank,
+                "isolated": isolated,
+                "seed": GRADE_SEED,
+                "cell_points": points,
+            },
+            config=config,
+            command=shown,
+            seconds=seconds,
+        )
+        proof[slug] = {
+            "graded": True,
+            "solved_full_marks": _full_marks(solved),
+            "solved_flags": solved.get("flags", ""),
+            "blank_total": float(blank["total"]),
+            "blank_flags": blank.get("flags", ""),
+            "lost": solved.get("notes", "") if not _full_marks(solved) else "",
+        }
+        wanted = gpu_checks(solutions, slug)
+        earned = {gid: {"points": float(solved.get(gid) or 0), "of": points.get(gid)} for gid in wanted}
+        if not ctx.cuda:
+            ctx.rec.skipped(
                 f"grading_gpu_checks/{slug}",
-                {
-                    "gpu_checks": earned,
-                    "needs": wanted,
-                    "all_earned": all(v["points"] == v["of"] for v in earned.values()),
-                    "solved_full_marks": float(rows["solved"]["total"])
-                    == float(rows["solved"]["max"]) - float(rows["solved"]["needs_manual"] or 0),
-                    "notes": rows["solved"].get("notes", ""),
-                },
+                "no CUDA: the GPU checks cannot earn points here",
+                values={"gpu_checks": earned, "needs": wanted},
             )
+            continue
+        ctx.rec.measured(
+            f"grading_gpu_checks/{slug}",
+            {
+                "gpu_checks": earned,
+                "needs": wanted,
+                "all_earned": all(v["points"] == v["of"] for v in earned.values()),
+                "solved_full_marks": _full_marks(solved),
+                "notes": solved.get("notes", ""),
+            },
+        )
+    holds = all(
+        p["graded"]
+        and p["solved_full_marks"]
+        and not p["solved_flags"]
+        and p["blank_total"] == 0
+        and not p["blank_flags"]
+        for p in proof.values()
+    )
+    values = {"holds": holds, "lessons": proof, "cuda": ctx.cuda, "isolated": isolated, "jobs": jobs}
+    if holds or rc == 0:
+        ctx.rec.measured("grading_proof", values, config=config, command=shown, seconds=seconds)
+    else:
+        ctx.rec.failed("grading_proof", stopped, values=values, config=config, command=shown, seconds=seconds)
+
+
+def _full_marks(row: dict) -> bool:
+    """Every autograded point of a CSV row (the written answer, to grade by hand, aside)."""
+    return float(row["total"]) == float(row["max"]) - float(row["needs_manual"] or 0)
+
+
+# ---- part 6: the class benchmark ------------------------------------------------------------------------------------
+
+#: what part 6 grades on a GPU machine: 3 learners (solved, blank, first exercise unwritten) x every lesson, with one
+#: job per core, first with CUDA visible (a GPU grader), then hidden (the same machine as a grader without a GPU)
+BENCH_LEARNERS = 3
+
+
+def step_bench(ctx: Context) -> None:
+    """scripts/bench_grading.py on this machine's cores, within the part's budget; each run a record (a run stopped at
+    the budget is recorded with what it graded, `complete: false`)."""
+    import bench_grading
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # grade.py splits the cores between its jobs itself
+        os.environ.pop(name, None)
+    argv = ["--learners", str(BENCH_LEARNERS), "--jobs", str(cpus), "--cuda", "visible", "hidden"]
+    if ctx.rehearsal:  # the plumbing only: two notebooks per run
+        argv = [
+            "--learners",
+            "2",
+            "--jobs",
+            "2",
+            "--lessons",
+            "02-numeric-formats",
+            "--cuda",
+            "visible",
+            "hidden",
+        ]
+    if ctx.budget.left() != float("inf"):
+        argv += ["--deadline", f"{max(ctx.budget.left() - MIN_LEFT, 1):.0f}"]
+    out = ctx.out / "grading_benchmark.json"
+    argv += ["--out", str(out)]
+    start = time.monotonic()
+    code = bench_grading.main(argv)
+    seconds = time.monotonic() - start
+    result = json.loads(out.read_text())
+    command = "python scripts/bench_grading.py " + " ".join(argv[:-2])
+    for run in result["runs"]:
+        name = f"grading_benchmark/cuda-{run['cuda']}-jobs{run['jobs']}"
+        values = {
+            **run,
+            "machine": result["machine"],
+            "class_estimate": result["class_estimate"].get(run["cuda"]),
+        }
+        if run.get("not_started"):
+            ctx.rec.skipped(name, f"not started: {run['not_started']}")
+        elif str(run.get("stopped", "")).startswith("grade.py exited"):
+            ctx.rec.failed(name, run["stopped"][:300], values=values, command=command, seconds=seconds)
+        else:  # complete, or stopped at the deadline with what it graded (`complete: false`)
+            ctx.rec.measured(name, values, command=command, seconds=seconds)
+    if code != 0:
+        print(f"[part 6] bench_grading.py exited {code}", flush=True)
 
 
 # ---- the parts --------------------------------------------------------------------------------------------------------
@@ -879,6 +961,7 @@ def run_part(part: int, out: Path, budget_s: float, rehearsal: bool, lessons=Non
             ("gpu_tests", lambda c: step_pytest(c, "gpu_tests", tests_of_part(4))),
         ],
         5: [("grading", step_grading)],
+        6: [("grading_benchmark", step_bench)],
     }[part]
     if tests:  # a part's GPU tests again, only these (e.g. after a fix), without the part's other steps
         steps = [("gpu_tests", lambda c: step_pytest(c, "gpu_tests", list(tests)))]
@@ -1276,38 +1359,72 @@ def _save(fig, path: Path) -> Path:
 # ---- the plan ---------------------------------------------------------------------------------------------------------
 
 
-#: the script each device call runs: installs the wheelhouse, runs its specs side by side on the one GPU, packs
+#: the script each GPU command runs: installs the wheelhouse, runs its specs side by side on the one GPU, packs
 #: every record and log into $OUT/evidence.tgz (every 20 s too, so a call killed at its limit keeps its records)
 CALL_SCRIPT = "scripts/gpu_evidence_call.sh"
-#: a call's parts stop starting work after PLAN_BUDGET s; the script kills a part PLAN_BUDGET + 60 s in, and the
-#: call needs about 40 s more (the wheels' install, the packing): the first H200 call (2026-11-27, nine specs side by
-#: side, BUDGET=280) ran 288 s, 318 s of device time with the machine's start
-PLAN_BUDGET = 280.0
-#: a session's device time, as the device tool lends it now (it was 30 minutes when this script was first planned)
-SESSION_DEVICE_S = 15 * 60
+#: the GPU time of one allowance on the remote GPU machine, starts and idle time included
+ALLOWANCE_S = 15 * 60
+#: GPU seconds an allowance spends before its first command runs: the machine's start (the first H200 call:
+#: 318 s of GPU time for a 288 s command, 2026-11-27)
+MACHINE_START_S = 30
+#: GPU seconds a call needs besides its parts' budget: installing the wheels, packing, the transfers (a call whose
+#: parts had BUDGET=300 took 298 s, 2026-11-28: the parts ended before their budget)
+CALL_OVERHEAD_S = 40
+#: a call's parts are killed this long after their budget (gpu_evidence_call.sh): the most a call can take past it
+KILL_AFTER_S = 60
+#: GPU seconds one Transformer Engine piece call takes (six took 66 s on 2026-11-28, the machine warm)
+PIECE_S = 11
+#: the calls, in order of value: the first two are the GPU path's proof and fit one allowance after TE's pieces
+PLAN = (
+    {
+        "title": "the proof: every lesson graded on the GPU in the sandbox (solved: every autograded point, "
+        "unflagged; blank: 0), and lesson 07 at GPU sizes with Transformer Engine (part 3), side by side",
+        "specs": ("3", "5:ALL"),
+        "budget": 270,
+    },
+    {
+        "title": "the class benchmark on the machine's cores: 3 learners x every lesson, CUDA visible (a GPU "
+        "grader), then hidden (a grader without a GPU)",
+        "specs": ("6",),
+        "budget": 300,
+    },
+    {
+        "title": "the rest of the evidence (a later allowance): lessons 01-06 and 08 at GPU sizes, their GPU tests",
+        "specs": ("1", "2", "4"),
+        "budget": 280,
+    },
+)
 
 
-def plan_calls(budget: float = PLAN_BUDGET) -> list[dict]:
-    """The device-tool calls, in order of value: {title, specs, command, carry, timeout_s}. The first runs parts 1-4
-    and the grading of every lesson with a GPU check side by side on the one GPU (the GPU's memory and 16 cores are
-    shared: every record says so, in config.concurrent_with); the second grades the lessons without one."""
-    slugs = lesson_slugs()
-    with_gpu = [s for s in slugs if gpu_checks(SOLUTIONS, s)]
-    calls = [
-        {
-            "title": "parts 1-4, and part 5 for every lesson with a GPU check, side by side",
-            "specs": ["1", "2", "3", "4", *(f"5:{slug}" for slug in with_gpu)],
-        },
-        {
-            "title": "part 5 for the lessons without a GPU check (they must still run and grade there)",
-            "specs": [f"5:{slug}" for slug in slugs if slug not in with_gpu],
-        },
-    ]
+def plan_calls() -> list[dict]:
+    """The device-tool calls, in order of value: {title, specs, command, carry, timeout_s, expected_s}."""
+    calls = []
+    for entry in PLAN:
+        specs = [f"5:{','.join(lesson_slugs())}" if spec == "5:ALL" else spec for spec in entry["specs"]]
+        budget = entry["budget"]
+        calls.append(
+            {
+                "title": entry["title"],
+                "specs": specs,
+                "command": f"BUDGET={budget} bash {CALL_SCRIPT} {' '.join(specs)}",
+                "carry": list(CARRY),
+                "timeout_s": min(DEVICE_TIMEOUT_S, budget + KILL_AFTER_S + CALL_OVERHEAD_S),
+                "expected_s": budget + CALL_OVERHEAD_S,
+            }
+        )
+    return calls
+
+
+def allowance_plan(with_te: bool = True) -> list[dict]:
+    """Every call of an allowance in order, each with `device_s`, the GPU time used by the end of it at worst (the
+    machine's start, the pieces as measured, each call until its timeout), and `fits`: within ALLOWANCE_S."""
+    calls = (te_piece_calls() if with_te else []) + plan_calls()
+    used = MACHINE_START_S
     for call in calls:
-        call["command"] = f"BUDGET={budget:g} bash {CALL_SCRIPT} {' '.join(call['specs'])}"
-        call["carry"] = list(CARRY)
-        call["timeout_s"] = min(DEVICE_TIMEOUT_S, int(budget) + 140)
-    return [call for call in calls if call["specs"]]
+        used += PIECE_S if call["command"].startswith(f"bash {TE_SCRIPT}") else call["timeout_s"]
+        call["device_s"] = used
+        call["fits"] = used <= ALLOWANCE_S
+    return calls
 
 
 TE_SCRIPT = "scripts/gpu_te.sh"
@@ -1333,7 +1450,7 @@ def te_piece_calls() -> list[dict]:
     ]
 
 
-def print_plan(budget: float) -> None:
+def print_plan() -> None:
     from make_wheelhouse import CARRY_LIMIT, WHEELHOUSE, folder_bytes, tree_bytes
 
     tree = tree_bytes()
@@ -1345,44 +1462,41 @@ def print_plan(budget: float) -> None:
     )
     if not whl:
         print("# .whl/ is missing: run `python scripts/make_wheelhouse.py` first")
+    pieces = te_piece_calls()
+    calls = allowance_plan(with_te=bool(pieces))
     print(
-        f"# Each call stops starting work after its budget and ends within timeout_s. A session has"
-        f" {SESSION_DEVICE_S // 60} min of device"
+        f"# An allowance has {ALLOWANCE_S} s of GPU time; each line below says the GPU time used by the end"
+        " of that call at worst"
     )
     print(
-        "# time, machine starts included (about 30 s): make the calls in this order; what does not fit waits."
+        f"# (the machine's start {MACHINE_START_S} s, a piece {PIECE_S} s, a call its timeout_s: its parts stop"
+        " starting work at BUDGET and are killed"
     )
+    print(f"# {KILL_AFTER_S} s later). Make the calls back to back (the machine goes back after 30 s idle).")
     print(
         "# After each call, here: python scripts/gpu_evidence.py --merge <files_at>/evidence.tgz [snapshots.tgz]"
     )
     print("# (results/<gpu-name>.json keeps what earlier calls measured), then commit results/.")
-    pieces = te_piece_calls()
     if pieces:
         print(
             f"\n# Transformer Engine first: {len(pieces)} calls of one piece each (.te/, up to"
-            f" {max(p['bytes'] for p in pieces) / 2**20:.1f} MiB + the tree), back to back: the machine goes back"
+            f" {max(p['bytes'] for p in pieces) / 2**20:.1f} MiB + the tree); they wait on the warm machine in"
         )
-        print(
-            "# after 30 s idle, and the pieces wait on it in /tmp/te-pieces. Call 1 then installs TE while its"
-            " parts start,"
-        )
-        print(
-            "# and part 3 measures it. Without them (short of device time, or a cold machine) call 1 runs without TE."
-        )
-        for call in pieces:
-            print(f"\n# {call['title']}")
-            print(json.dumps({k: call[k] for k in ("command", "carry", "timeout_s")}, indent=1))
+        print("# /tmp/te-pieces, and the next call installs TE while its parts start (part 3 measures it).")
     else:
         print(
             "\n# Transformer Engine: no .te/ here (python scripts/make_te_wheelhouse.py); call 1 runs without it"
         )
-    for n, call in enumerate(plan_calls(budget), 1):
-        print(f"\n# call {n}: {call['title']}")
-        print(
-            json.dumps(
-                {"command": call["command"], "carry": call["carry"], "timeout_s": call["timeout_s"]}, indent=1
-            )
-        )
+    n = 0
+    for call in calls:
+        if call["command"].startswith(f"bash {TE_SCRIPT}"):
+            title = call["title"]
+        else:
+            n += 1
+            title = f"call {n}: {call['title']}"
+        where = "fits the allowance" if call["fits"] else "does not fit: a later allowance"
+        print(f"\n# {title} [{call['device_s']} s of {ALLOWANCE_S}: {where}]")
+        print(json.dumps({k: call[k] for k in ("command", "carry", "timeout_s")}, indent=1))
 
 
 # ---- the rehearsal ----------------------------------------------------------------------------------------------------
@@ -1465,7 +1579,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path[:0] = [str(ROOT), str(SCRIPTS)]
     out = args.out or Path(os.environ.get("OUT") or "out-gpu")
     if args.plan:
-        print_plan(args.budget or PLAN_BUDGET)
+        print_plan()
         return 0
     if args.merge:
         with tempfile.TemporaryDirectory(prefix="gpu-evidence-merge-") as unpacked:

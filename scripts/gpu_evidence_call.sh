@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call that runs several parts of scripts/gpu_evidence.py at once on the one GPU (a session's device time
+# One GPU command that runs several parts of scripts/gpu_evidence.py at once on the one GPU (an allowance's GPU time
 # is short: the parts share the GPU's memory and the machine's 16 cores, and every record says so through
 # GPU_EVIDENCE_CONCURRENT; memory peaks are per process, times and free memory are shared).
 #
@@ -25,7 +25,7 @@ mkdir -p /tmp/gpu-evidence-bwrap && dpkg -x .whl/bubblewrap_*.deb /tmp/gpu-evide
 export PYTHONPATH=$PWD$SITE PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} # several parts share 16 cores
 BUDGET=${BUDGET:-280}
-# Transformer Engine, where this call or earlier ones of the session brought its pieces (scripts/gpu_te.sh): installed
+# Transformer Engine, where this call or earlier ones brought its pieces (scripts/gpu_te.sh): installed
 # while the other parts start; part 3, which measures it, waits for it (and has that much less budget)
 te=""
 if [ -f .te/pieces.sha256 ] || [ -f "${TE_STORE:-/tmp/te-pieces}/pieces.sha256" ]; then

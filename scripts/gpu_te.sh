@@ -1,6 +1,6 @@
 #!/bin/bash
-# Transformer Engine on the lent GPU machine, from the pieces `python scripts/make_te_wheelhouse.py` writes to .te/.
-# Its wheels are about 280 MiB and a device call carries 64 MiB with the working tree, so they travel in pieces, one
+# Transformer Engine on a remote, offline GPU machine, from the pieces `python scripts/make_te_wheelhouse.py` writes to .te/.
+# Its wheels are about 280 MiB and a command there carries 64 MiB with the working tree, so they travel in pieces, one
 # call each, to a warm machine (`python scripts/gpu_evidence.py --plan` prints the calls); the pieces wait in
 # $TE_STORE between calls.
 #
@@ -49,7 +49,7 @@ print('transformer_engine', transformer_engine.__version__, 'imports, with torch
 }
 
 install() {
-  if [ -f "$STORE/installed" ] && te_imports; then # an earlier call of this session installed it
+  if [ -f "$STORE/installed" ] && te_imports; then # an earlier call installed it
     echo "installed already, by an earlier call"
     return 0
   fi

@@ -1,14 +1,14 @@
 #!/usr/bin/env python
-"""Transformer Engine for the lent GPU machine: its wheels, built and rehearsed here, in pieces device calls carry.
+"""Transformer Engine for a remote, offline GPU machine: its wheels, built and rehearsed here, in pieces commands carry.
 
     python scripts/make_te_wheelhouse.py            download, build, rehearse, split into .te/ (git-ignored)
     python scripts/make_te_wheelhouse.py --verify   check .te/'s pieces: checksums, and each call's carry size
 
 Lesson 07 measures Transformer Engine (TE) where it is installed, and tests/gpu/test_fp8_gpu.py compares TE's
-DelayedScaling with the course's reference. The device tool's GPU image has no TE and no network, and TE cannot come
+DelayedScaling with the course's reference. The GPU machine's image has no TE and no network, and TE cannot come
 the way the other wheels do (scripts/make_wheelhouse.py):
 - its core, transformer_engine_cu13, is one 264 MiB wheel (its library holds machine code for eight GPU
-  generations), and a device call carries 64 MiB together with the working tree;
+  generations), and a command there carries 64 MiB together with the working tree;
 - its PyTorch extension, transformer_engine_torch, is only a source distribution on PyPI. Its setup.py looks for a
   prebuilt wheel among the GitHub release's assets, which neither machine can reach, and otherwise compiles it
   against the torch it finds.
@@ -21,7 +21,7 @@ So this script does what pip would do on a machine with a network, here, ahead o
    kernels of its own: those are in the core library), so no GPU and no CUDA toolkit installation is needed here;
 3. packs everything in one tar and splits it into pieces `.te/piece-NN`, each small enough to travel with the
    working tree in one call, with their checksums and the whole's in `.te/pieces.sha256`;
-4. rehearses the GPU machine's side on this CPU: scripts/gpu_te.sh, the script the device calls run, receives each
+4. rehearses the GPU machine's side on this CPU: scripts/gpu_te.sh, the script the GPU commands run, receives each
    piece in a call folder of its own, joins them, installs the wheels into the build environment (the image's torch
    and CUDA wheels; NVIDIA's cuDNN frontend and what it drags in removed, as on the image) and imports
    transformer_engine.pytorch; then every TE name the course uses is looked up (TE_NAMES).
@@ -75,7 +75,7 @@ FRONTEND_DEPS = {
 }
 #: declared dependencies not downloaded, and why
 SKIP = {**FRONTEND_DEPS, EXTENSION: "built here from its sdist: PyPI has no wheel of it"}
-#: the piece size leaves this much of a call's 64 MiB free besides the working tree (it grows between sessions)
+#: the piece size leaves this much of a call's 64 MiB free besides the working tree (it grows as the course does)
 MARGIN = 4 * 2**20
 #: the names the course uses from TE (lesson 07's §7 cell, tests/gpu/test_fp8_gpu.py): the rehearsal looks them up
 TE_NAMES = (
@@ -179,7 +179,7 @@ def build_extension(py: Path, dest: Path) -> tuple[Path, bool]:
             os.environ,
             NVTE_PYTORCH_FORCE_BUILD="TRUE",  # no download attempt
             NVTE_BUILD_USE_NVIDIA_WHEELS="1",  # CUDA's headers from NVIDIA's wheels (no toolkit installed here)
-            NVTE_CUDA_ARCHS="90",  # Hopper, the GPUs lent (decides only whether NCCL EP, Hopper and newer, is in)
+            NVTE_CUDA_ARCHS="90",  # Hopper, the GPUs it runs on (decides only whether NCCL EP, Hopper and newer, is in)
             MAX_JOBS=str(os.cpu_count() or 2),
             PATH=f"{py.parent}{os.pathsep}{os.environ['PATH']}",  # the venv's nvcc (the build asks it CUDA's version)
         )
@@ -288,7 +288,7 @@ def rehearse(dest: Path, py: Path) -> dict:
     log = []
     try:
         for piece in pieces_of(dest):
-            with tempfile.TemporaryDirectory(prefix="te-call-") as call:  # what one device call has
+            with tempfile.TemporaryDirectory(prefix="te-call-") as call:  # what one GPU command has
                 (Path(call) / ".te").mkdir()
                 for name in (SUMS, piece["name"]):
                     os.symlink(dest / name, Path(call) / ".te" / name)
@@ -346,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         record = {
-            "_about": "Written by scripts/make_te_wheelhouse.py: Transformer Engine's wheels for the device tool's GPU"
-            " image, the extension built here, split into pieces a device call carries, and the rehearsal of the GPU"
+            "_about": "Written by scripts/make_te_wheelhouse.py: Transformer Engine's wheels for the GPU machine's"
+            " image, the extension built here, split into pieces a GPU command carries, and the rehearsal of the GPU"
             " machine's side (scripts/gpu_te.sh) on this CPU. What the GPU made of it is in results/<gpu-name>.json"
             " (transformer_engine, gpu_tests/test_fp8_gpu.py::test_transformer_engine_..., solutions_on_gpu).",
             "date": started.isoformat(timespec="seconds"),

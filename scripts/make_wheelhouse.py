@@ -1,18 +1,18 @@
 #!/usr/bin/env python
-"""Download the Python wheels the lent GPU machine lacks into .whl/ (git-ignored), small enough to travel.
+"""Download the Python wheels a remote, offline GPU machine lacks into .whl/ (git-ignored), small enough to travel.
 
     python scripts/make_wheelhouse.py            download (into an empty .whl/), slim, verify, print the sizes
     python scripts/make_wheelhouse.py --verify   only verify what .whl/ holds and print the sizes
 
-The GPU machine (the device tool's nvidia-h100-x1 / nvidia-h200, image 'cuda': Python 3.12, torch 2.11 + CUDA 13,
+The GPU machine (an H100 or H200 with the image 'cuda': Python 3.12, torch 2.11 + CUDA 13,
 transformers 5.17, peft, accelerate; no network) lacks the notebook stack (nbclient, ipykernel, nbval), nbgrader and
 its dependencies, bitsandbytes, datasets and torchao; and its transformers is too old for lessons 04 and 08, so
 transformers (and peft) come in the versions CI tests. This script fetches, for CPython 3.12 on manylinux x86_64, the
 pinned top-level packages below and, from each wheel's own METADATA, every dependency that the image does not hold
-(IMAGE_PACKAGES, as the device tool's description of the image listed them on 2026-11-17), in the version installed
+(IMAGE_PACKAGES, as the image's description listed them on 2026-11-17), in the version installed
 in this environment where that version satisfies the requirement (the versions CI tested), else pip's choice.
 
-A device call carries the working tree and its carried paths together, at most 64 MiB. Two wheels are slimmed to fit
+A command on that machine carries the working tree and its carried paths together, at most 64 MiB. Two wheels are slimmed to fit
 (SLIM): bitsandbytes keeps only its CUDA 13 and CPU libraries (torch 2.11+cu130 loads libbitsandbytes_cuda130.so;
 the CUDA 11/12, ROCm and XPU builds are 115 of its 123 MiB unpacked; the wheel goes from 41 to 6.8 MiB), nbgrader
 drops its documentation and its own test suite (10.9 to 1.2 MiB). A few declared dependencies are left out (SKIP): the grading on the GPU machine never imports them.
@@ -52,7 +52,7 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[1]
 WHEELHOUSE = ROOT / ".whl"
 MANIFEST = "MANIFEST.json"
-CARRY_LIMIT = 64 * 2**20  # what one device call may carry: the working tree and the carried paths together
+CARRY_LIMIT = 64 * 2**20  # what one GPU command may carry: the working tree and the carried paths together
 #: the wheelhouse, at most, for checks made without it (48.2 MiB when made on 2026-11-24, 47.7 on 2026-11-27); with
 #: the working tree (12.0 MiB since results/ holds the H200 run) it must stay under CARRY_LIMIT
 EXPECTED_BYTES = 50 * 2**20
@@ -80,7 +80,7 @@ TOP_LEVEL = {
     "peft": "0.21.2",  # the version CI tests, whatever the image's is
 }
 
-#: distributions the GPU image holds (the device tool's list of the image's Python packages, read on 2026-11-17)
+#: distributions the GPU image holds (the image's list of its Python packages, read on 2026-11-17)
 IMAGE_PACKAGES = """
 absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi
 charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core cuda-pathfinder
@@ -102,7 +102,7 @@ tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torch
 triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
 """.split()
 
-#: versions of image packages a session saw there (a `pip list` there, 2026-11); requirements are checked against them
+#: versions of image packages seen there (a `pip list` there, 2026-11); requirements are checked against them
 IMAGE_VERSIONS = {
     "accelerate": "1.15.0",
     "huggingface-hub": "1.33.0",
@@ -279,7 +279,7 @@ def apt_download(package: str, dest: Path) -> str:
 
 
 def tree_bytes(root: Path = ROOT) -> int:
-    """Bytes of what a device call sends besides the carried paths: tracked files and untracked, not ignored ones."""
+    """Bytes of what a GPU command sends besides the carried paths: tracked files and untracked, not ignored ones."""
     try:
         listed = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -355,7 +355,7 @@ def report(folder: Path) -> dict:
         f"{len(rows)} files in {folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder}: {whl / 2**20:.2f} MiB"
     )
     print(f"working tree (git ls-files + untracked, not ignored): {tree / 2**20:.2f} MiB")
-    print(f"carried in one device call: {total / 2**20:.2f} MiB of {CARRY_LIMIT / 2**20:.0f} MiB")
+    print(f"carried in one GPU command: {total / 2**20:.2f} MiB of {CARRY_LIMIT / 2**20:.0f} MiB")
     return {"wheelhouse_bytes": whl, "tree_bytes": tree, "total_bytes": total, "limit_bytes": CARRY_LIMIT}
 
 
@@ -372,12 +372,12 @@ def build(folder: Path) -> dict:
             slimmed[name] = {"dropped": pattern, "why": why, "bytes_before": before, "bytes_after": after}
     debs = {package: apt_download(package, folder) for package in DEBIAN}
     manifest = {
-        "for": "CPython 3.12, manylinux x86_64: the device tool's GPU image 'cuda' (no network there)",
+        "for": "CPython 3.12, manylinux x86_64: the GPU machine's image 'cuda' (no network there)",
         "made_with": f"python scripts/make_wheelhouse.py (pip {local_version('pip')})",
         "wheels": {n: chosen[n] for n in sorted(chosen)},
         "slimmed": slimmed,
         "skipped": SKIP,
-        "image_packages_assumed": "the device tool's list of the image's packages, 2026-11-17",
+        "image_packages_assumed": "the image's list of its packages, 2026-11-17",
         "debian": debs,
     }
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")

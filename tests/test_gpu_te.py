@@ -48,7 +48,7 @@ def te_dir(tmp_path):
 
 
 def call(tmp_path, te_dir, names, command, env):
-    """One device call: a fresh folder holding only the carried .te/ files, the script run in it."""
+    """One GPU command: a fresh folder holding only the carried .te/ files, the script run in it."""
     folder = tmp_path / f"call-{len(list(tmp_path.glob('call-*')))}"
     (folder / ".te").mkdir(parents=True)
     for name in names:
@@ -149,7 +149,7 @@ def test_install_joins_the_pieces_and_installs_every_wheel_without_dependencies(
     assert {f"{p.parent.name}/{p.name}": p.read_bytes() for p in store.glob("*/*")} == contents
     (pip,) = (tmp_path / "pip.log").read_text().splitlines()
     assert "--no-deps" in pip and "--no-index" in pip and pip.count(".whl") == 2 and ".tar.gz" not in pip
-    again = call(tmp_path, dest, [], "install", env)  # a later call of the session: nothing to do
+    again = call(tmp_path, dest, [], "install", env)  # a later call: nothing to do
     assert again.returncode == 0 and "installed already" in again.stdout
     assert len((tmp_path / "pip.log").read_text().splitlines()) == 1
 
