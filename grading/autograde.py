@@ -48,11 +48,20 @@ INTERRUPT_GRACE = 10.0  # seconds a cell gets to stop after the timeout's interr
 FINDINGS_KEY = "memlab_grading"
 
 
+#: where a course keeps the seed of its drawn cases when no seed is configured: in its root folder (nbgrader's
+#: CourseDirectory.root), so that every process that grades the course, kernel side and judge side, every re-grade
+#: and formgrader's Autograde button draw the same cases for a student
+SEED_FILE = "grading_seed.json"
+
+
 class GradingSettings(Configurable):
     """How submissions are graded (nbgrader configuration: `c.GradingSettings.seed = 1234`, ...)."""
 
     seed = Int(
-        None, allow_none=True, help="seed of the cases drawn at grading time (default: random, printed)"
+        None,
+        allow_none=True,
+        help="seed of the cases drawn at grading time (default: the course's own, made once and kept in "
+        f"{SEED_FILE} in the course's root folder)",
     ).tag(config=True)
     memory_gb = Float(8.0, help="memory of one submission's processes together, GiB").tag(config=True)
     processes = Int(256, help="processes of one submission at a time").tag(config=True)
@@ -76,10 +85,35 @@ class GradingSettings(Configurable):
         return isolation.Limits(memory_bytes=int(self.memory_gb * 2**30), processes=self.processes)
 
     def master_seed(self) -> int:
+        """The configured seed, or the course's own (`course_seed`): never one drawn for this process alone, which
+        the kernel's side and the judge's side of the same notebook would each draw differently."""
         if self.seed is None:
-            self.seed = secrets.randbelow(2**31)
-            print(f"grading seed {self.seed} (GradingSettings.seed)", file=sys.stderr)
+            from nbgrader.coursedir import CourseDirectory
+
+            self.seed = course_seed(Path(CourseDirectory(config=self.config).root))
         return self.seed
+
+
+def course_seed(root: Path) -> int:
+    """The seed kept in `root`/SEED_FILE, made (at random) by the first process that needs it: written to a new
+    file that appears whole (a process that loses the race reads the winner's)."""
+    path = root / SEED_FILE
+    try:
+        return int(json.loads(path.read_text(encoding="utf-8"))["seed"])
+    except FileNotFoundError:
+        pass
+    seed = secrets.randbelow(2**31)
+    tmp = path.with_name(f".{SEED_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"seed": seed}) + "\n", encoding="utf-8")
+    try:
+        os.link(tmp, path)  # fails if another process made it first: its seed is the course's
+    except FileExistsError:
+        seed = int(json.loads(path.read_text(encoding="utf-8"))["seed"])
+    else:
+        print(f"grading seed {seed} (made for this course, kept in {path})", file=sys.stderr)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return seed
 
 
 def student_seed(seed: int, student: str, lesson: str) -> int:

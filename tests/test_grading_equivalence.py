@@ -8,6 +8,7 @@ verdict text, must be the same.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -183,3 +184,36 @@ def test_a_wrong_answer_earns_nothing_however_it_is_dressed(graded_both_ways):
     assert "does not match" in by[("forger", "00-fixture")]["flags"]
     assert by[("liar", "02-numeric-formats")]["e4_ulp_check"] == "0"
     assert "a check takes only numbers" in by[("liar", "02-numeric-formats")]["notes"]
+
+
+def test_plain_nbgrader_needs_no_seed(tmp_path):
+    """`nbgrader autograde LESSON` with the course's config and no seed, as formgrader's Autograde button runs it: the
+    kernel's side and the judge's side draw the same cases (the course's seed, made once and kept in its root), so
+    correct work earns its points; a re-grade draws them again from the same seed. On the code of 2026-11-28 each side
+    drew its own seed and the solution's drawn cases failed as "the record of this check does not match it"."""
+    from grading.autograde import SEED_FILE
+
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copytree(FIXTURE_SOLUTIONS / "00-fixture", course / "solutions" / "00-fixture")
+    solved = nbformat.read(course / "solutions" / "00-fixture" / "00-fixture.ipynb", as_version=4)
+    write_notebook(solved, course / "submitted" / "ada" / "00-fixture", "00-fixture.ipynb")
+    env = cli_env(tmp_path)
+    nbgrader = [sys.executable, "-m", "nbgrader"]
+    seeds, scores = [], []
+    for step in (["generate_assignment", "00-fixture", "--force"], ["autograde", "00-fixture", "--force"]) + (
+        ["autograde", "00-fixture", "--force"],
+    ):
+        done = subprocess.run(
+            [*nbgrader, *step], cwd=course, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        if step[0] == "autograde":
+            scores.append(_scores(course, "00-fixture", "ada"))
+            assert scores[-1]["e2_add_check"] == 4 and scores[-1]["e1_square_check"] == 4, (
+                scores[-1],
+                _verdicts(course, "00-fixture", "ada"),
+            )
+            seeds.append(json.loads((course / SEED_FILE).read_text())["seed"])
+    assert seeds[0] == seeds[1]
