@@ -80,3 +80,14 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.OverwriteCells.add_missing_cells = True
+# Before nbgrader compares a submission's cells with the gradebook: the cells' grading marks (grade, solution, locked,
+# points) are the course's, whatever the notebook's metadata says; an edited mark made nbgrader stop the whole
+# notebook ("Inconsistent checksums") (grading/marks.py). The rest is nbgrader's own list.
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "grading.marks.RestoreGradingMarks",
+    "nbgrader.preprocessors.OverwriteCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]

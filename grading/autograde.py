@@ -411,6 +411,11 @@ def _make_judge_checks():
                     findings["flags"].append(verdict.flag)
             if source is not None:
                 findings["notes"] += static_review(nb, source)
+                from grading.marks import changed_marks, marks_note
+
+                changed = changed_marks(submitted_notebook(self.config, info), source)
+                if changed:
+                    findings["notes"].append(marks_note(changed))
             findings["fingerprints"] = {v.grade_id: v.fingerprint for v in verdicts if v.fingerprint}
             nb.metadata[FINDINGS_KEY] = findings
             return nb, resources
@@ -427,6 +432,24 @@ def lesson_source(config, info: dict):
     folder = Path(coursedir.format_path(coursedir.source_directory, ".", info.get("assignment", "")))
     path = folder / f"{info.get('notebook', '')}.ipynb"
     return str(folder), (nbformat.read(path, as_version=4) if path.is_file() else None)
+
+
+def submitted_notebook(config, info: dict):
+    """The notebook as it was handed in (nbgrader's submitted folder), before nbgrader's sanitizing: an empty
+    notebook where it cannot be read."""
+    import nbformat
+    from nbgrader.coursedir import CourseDirectory
+
+    coursedir = CourseDirectory(config=config)
+    folder = Path(
+        coursedir.format_path(
+            coursedir.submitted_directory, info.get("student", ""), info.get("assignment", "")
+        )
+    )
+    try:
+        return nbformat.read(folder / f"{info.get('notebook', '')}.ipynb", as_version=4)
+    except Exception:  # unreadable: nbgrader's own reading of it already said so
+        return nbformat.v4.new_notebook()
 
 
 def source_language(source) -> str:

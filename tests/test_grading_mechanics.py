@@ -503,6 +503,13 @@ def graded(tmp_path_factory):
     no_cells = _solution()
     no_cells.cells = []
     put("no_cells", no_cells)
+    # grading marks edited in the notebook's metadata: a check cell no longer graded, a solution cell made graded
+    # with points of its own, a locked cell unlocked (nbgrader stopped the whole notebook on each)
+    remarked = _solution()
+    _cell(remarked, "e1_square_check").metadata.nbgrader["grade"] = False
+    _cell(remarked, "e2_add").metadata.nbgrader.update(grade=True, points=40)
+    _cell(remarked, "e2_add_check").metadata.nbgrader["locked"] = False
+    put("remarked", remarked)
 
     env_gpu = _solution()
     _cell(env_gpu, "e3_gpu_ones").source += (
@@ -769,6 +776,17 @@ def test_a_deleted_check_cell_is_put_back_and_said(graded):
     assert (
         "e2_add_check: the check cell was missing and was put back" in row(graded, "deleted_check")["notes"]
     )
+
+
+def test_edited_grading_marks_are_the_course_s_again_and_said(graded):
+    """A check cell's `grade` turned off, a solution cell turned into a graded cell worth 40, a check unlocked: graded
+    as the course's cells, with a note (nbgrader stopped the whole notebook: "Inconsistent checksums")."""
+    assert scores(graded, "remarked") == SOLVED
+    notes = row(graded, "remarked")["notes"]
+    assert "grading marks changed in the notebook" in notes
+    assert "e1_square_check (grade)" in notes and "e2_add (grade)" in notes
+    assert "e2_add_check (locked)" in notes
+    assert float(row(graded, "remarked")["max"]) == sum(AUTO.values()) + 2  # the course's points, not 40 more
 
 
 def test_a_notebook_with_its_cells_deleted_gets_notes(graded):
