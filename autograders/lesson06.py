@@ -720,8 +720,29 @@ def forget_bnb_overrides() -> int:
     return held
 
 
+#: what the check's own run of the learner's arguments never takes from them, whatever they say: what would cost the
+#: grader processes, memory or minutes outside any sandbox (a `dataloader_num_workers=32` forked 32 processes of the
+#: judge), or needs what a grader does not set up (DeepSpeed, FSDP). None of them is a set-up field (SETUP_FIELDS).
+JUDGE_RUN = dict(
+    dataloader_num_workers=0,
+    dataloader_persistent_workers=False,
+    dataloader_prefetch_factor=None,
+    dataloader_pin_memory=False,
+    torch_compile=False,
+    torch_compile_backend=None,  # either of these turns torch_compile on again in __post_init__
+    torch_compile_mode=None,
+    accelerator_config=None,  # a string is read as a JSON file's path
+    push_to_hub=False,  # Trainer would create a repository with the grader's token
+    full_determinism=False,
+    eval_strategy="no",
+    deepspeed=None,
+    fsdp="",
+)
+
+
 def _run_args(args, output_dir: str, steps: int):
-    """`args` with the run fields the check needs (its own folder, `steps` steps, no reports, no progress bar)."""
+    """`args` with the run fields the check needs (its own folder, `steps` steps, no reports, no progress bar) and
+    what it never takes from them (JUDGE_RUN); batch sizes at most the check's data (64 examples)."""
     return dataclasses.replace(
         args,
         output_dir=output_dir,
@@ -730,6 +751,9 @@ def _run_args(args, output_dir: str, steps: int):
         disable_tqdm=True,
         save_strategy="no",
         logging_strategy="no",
+        per_device_train_batch_size=max(1, min(int(args.per_device_train_batch_size), 64)),
+        gradient_accumulation_steps=max(1, min(int(args.gradient_accumulation_steps), 8)),
+        **JUDGE_RUN,
     )
 
 
@@ -807,14 +831,17 @@ def args_data(args, setup: str) -> dict:
 
 def rebuilt_args(data: dict):
     """In a reference step: TrainingArguments made from `args_data`, as `dataclasses.replace` would remake the
-    learner's (its __post_init__ turns the enums' values back into enums); the obfuscated tokens, and the values that
-    were not plain data, are left at their defaults."""
+    learner's (its __post_init__ turns the enums' values back into enums); the obfuscated tokens, the values that
+    were not plain data, and what the check never takes from them (JUDGE_RUN, which __post_init__ would act on:
+    DeepSpeed's configuration file) are left at their defaults."""
     from transformers import TrainingArguments
 
     names = {f.name for f in dataclasses.fields(TrainingArguments) if f.init}
     skip = set(data["not_plain"])
     kwargs = {
-        k: v for k, v in data["fields"].items() if k in names and k not in skip and not k.endswith("_token")
+        k: v
+        for k, v in data["fields"].items()
+        if k in names and k not in skip and k not in JUDGE_RUN and not k.endswith("_token")
     }
     return TrainingArguments(**kwargs)
 

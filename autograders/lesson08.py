@@ -521,6 +521,16 @@ CONFIG_KEYS = (
     "lr",
     "steps",
 )
+#: the sizes a run of the tiny base can have (whole numbers, inclusive): the judge evaluates the run at its `seq` and
+#: simulates its step, so a size past these would cost the grader, outside any sandbox, what the run never did
+#: (an evaluation at seq 10^6 held 3.2 GiB for a 1.3 MB submission). `seq`: the tiny base's positions.
+RUN_LIMITS = {
+    "seq": (1, 512),
+    "micro_batch": (1, 256),
+    "accumulation": (1, 1024),
+    "rank": (1, 128),
+    "steps": (1, 100_000),
+}
 
 
 def eval_accuracy(model, tokenizer, seq: int, n: int = N_EVAL, batch: int = 64) -> float:
@@ -642,6 +652,32 @@ def adapter_fingerprint_bytes(weights: dict) -> bytes:
     return b"".join(parts)
 
 
+def adapter_config_problem(config) -> str | None:
+    """Why an adapter_config.json is not one a LoRA of the tiny base writes (None when it is one): what peft would
+    build from it must stay what such a run built. A rank past RUN_LIMITS, per-module ranks past it
+    (`rank_pattern`), replicated layers, or an initialisation that computes (PiSSA's SVD, LoftQ) would cost the
+    grader, outside any sandbox, what the run never did."""
+    low, high = RUN_LIMITS["rank"]
+
+    def rank_ok(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
+        return "adapter_config.json is not a LoRA adapter's (peft_type LORA)"
+    if not rank_ok(config.get("r")):
+        return f"adapter_config.json has r={config.get('r')!r}, not a whole number from {low} to {high}"
+    pattern = config.get("rank_pattern") or {}
+    if not isinstance(pattern, dict) or not all(rank_ok(v) for v in pattern.values()):
+        return f"adapter_config.json has a rank_pattern past r={high}"
+    if config.get("layer_replication") or config.get("trainable_token_indices"):
+        return (
+            "adapter_config.json replicates layers or trains token rows: a LoRA of the tiny base does neither"
+        )
+    if config.get("init_lora_weights", True) not in (True, False, "gaussian"):
+        return f"adapter_config.json initialises with {config.get('init_lora_weights')!r}"
+    return None
+
+
 def _reload_adapter(files: dict):
     """Reference step: the handed-in adapter (its config and weights, as the run wrote them) loaded onto the check's
     own copy of the tiny base, as (model, tokenizer); or, as a string, why it does not load. The weights are
@@ -656,6 +692,9 @@ def _reload_adapter(files: dict):
         try:
             if files["adapter_weights_error"] is not None:
                 raise ValueError(files["adapter_weights_error"])
+            problem = adapter_config_problem(json.loads(files["adapter_config"]))
+            if problem:  # before peft allocates, or computes, what the configuration asks
+                raise ValueError(problem)
             (Path(folder) / "adapter_config.json").write_bytes(files["adapter_config"])
             if weights is not None:
                 save_file(weights, Path(folder) / "adapter_model.safetensors")
@@ -690,6 +729,22 @@ def check_graded_run(run_dir) -> int:
     expect_keys(written, RUN_KEYS, case=case, what="run.json")
     config = written["config"]
     expect_keys(config, CONFIG_KEYS, case=case, what='run.json["config"]')
+    targets = config["target_modules"]
+    if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
+        raise CheckFailed(
+            _(
+                'case {case}: run.json["config"]["target_modules"] should be a list of module names; got {got}.'
+            ).format(case=case, got=repr(targets)[:80])
+        )
+    for key, (low, high) in RUN_LIMITS.items():
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise CheckFailed(
+                _(
+                    'case {case}: run.json["config"]["{key}"] is {value}; a run of the tiny base has a whole number '
+                    "from {low} to {high} there."
+                ).format(case=case, key=key, value=repr(value)[:40], low=low, high=f"{high:,}")
+            )
     device = written["device"]
     if device not in RUN_DEVICES:
         raise CheckFailed(

@@ -38,6 +38,7 @@ from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Configurable
 
 from grading import isolation
+from grading.course import copy_regular_files
 from grading.i18n import _
 from grading.submission import grade_id, is_test_cell, static_review
 from memlab.i18n import set_language
@@ -169,13 +170,14 @@ def sandboxed_kernel_manager(
 
         async def _async_launch_kernel(self, kernel_cmd, **kw):
             if sandbox is not None:
+                sandbox.hand_over()  # its folder, with the connection file just written, to the sandbox's user
                 kernel_cmd = sandbox.command(kernel_cmd)
                 kw["env"] = sandbox.env()
             else:
                 kw["env"] = {**os.environ, **dict(unsandboxed_env)}
             await super()._async_launch_kernel(kernel_cmd, **kw)
             if sandbox is not None and self.provisioner is not None and self.provisioner.process is not None:
-                watches.append(isolation.Watch(self.provisioner.process.pid, sandbox.limits))
+                watches.append(isolation.Watch(self.provisioner.process.pid, sandbox.limits, sandbox.workdir))
 
         async def _async_signal_kernel(self, signum: int) -> None:
             # jupyter_client signals the kernel's process group, which holds bubblewrap's own processes too: an
@@ -218,26 +220,10 @@ def _make_execute():
             # the notes speak the lesson's language (grade.py's worker has set it already; a plain `nbgrader
             # autograde` grades notebooks of either edition in one process)
             set_language(source_language(lesson_source(self.config, info)[1]))
-            workdir = str(Path(resources.get("metadata", {}).get("path") or ".").resolve())
+            folder = Path(resources.get("metadata", {}).get("path") or ".").resolve()
             seed = student_seed(settings.master_seed(), info.get("student", ""), info.get("assignment", ""))
             environment = (("COURSE_GRADING", "collect"), ("COURSE_GRADING_SEED", str(seed)))
-            self._runtime = tempfile.mkdtemp(prefix="kernel-", dir=workdir if not settings.isolate else None)
             self._watches: list[isolation.Watch] = []
-            sandbox = None
-            if settings.isolate:
-                sandbox = isolation.Sandbox(
-                    kit_dir=kit_copy(settings.kit_dir),
-                    workdir=workdir,
-                    writable=(self._runtime,),
-                    readable=tuple(p for p in (isolation.hf_home(),) if os.path.isdir(p)),
-                    limits=settings.limits(),
-                    threads=settings.threads or None,
-                    environment=environment,
-                )
-            unsandboxed_env = (*environment, ("PYTHONPATH", kit_copy(settings.kit_dir)))
-            self.kernel_manager_class = sandboxed_kernel_manager(
-                sandbox, self._runtime, self._watches, unsandboxed_env
-            )
             original = copy.deepcopy(nb)
             stopped: dict[int, str] = {}
             notes = resources.setdefault(FINDINGS_KEY, {"notes": [], "flags": []})["notes"]
@@ -245,8 +231,18 @@ def _make_execute():
             try:
                 for attempt in range(MAX_RESTARTS + 1):
                     work = copy.deepcopy(original)
+                    # the kernel works in a private copy of the notebook's folder (its regular files), made again for
+                    # each run: what it leaves there (links into the grader's files, a notebook replaced by a link)
+                    # is never read, written, copied or chmod-ed by nbgrader or the grader, which work in `folder`
+                    scratch = Path(tempfile.mkdtemp(prefix="memlab-kernel-work-"))
                     try:
-                        self._execute(work, resources, stopped)
+                        copy_regular_files(folder, scratch)
+                        self._prepare_kernel(settings, scratch, environment)
+                        run_resources = {
+                            **resources,
+                            "metadata": {**resources.get("metadata", {}), "path": str(scratch)},
+                        }
+                        self._execute(work, run_resources, stopped)
                     except CellStopped as stop:
                         stopped[stop.index] = stop.reason
                         notes.append(
@@ -257,14 +253,37 @@ def _make_execute():
                         if attempt == MAX_RESTARTS:
                             self._not_run(work, stop.index)
                         continue
+                    finally:
+                        for watch in self._watches:
+                            watch.stop()
+                        self._watches.clear()
+                        shutil.rmtree(scratch, ignore_errors=True)  # never follows a link it finds
                     break
             finally:
                 for watch in self._watches:
                     watch.stop()
-                shutil.rmtree(self._runtime, ignore_errors=True)
             nb.cells = work.cells
             nb.metadata = work.metadata
             return nb, resources
+
+        def _prepare_kernel(self, settings, workdir: Path, environment) -> None:
+            """The kernel manager class of one run: sandboxed in `workdir`, its runtime folder (the connection file
+            and, sandboxed, its sockets) inside it."""
+            runtime = tempfile.mkdtemp(prefix="kernel-", dir=workdir)
+            sandbox = None
+            if settings.isolate:
+                sandbox = isolation.Sandbox(
+                    kit_dir=kit_copy(settings.kit_dir),
+                    workdir=str(workdir),
+                    readable=isolation.hf_caches(),
+                    limits=settings.limits(),
+                    threads=settings.threads or None,
+                    environment=environment,
+                )
+            unsandboxed_env = (*environment, ("PYTHONPATH", kit_copy(settings.kit_dir)))
+            self.kernel_manager_class = sandboxed_kernel_manager(
+                sandbox, runtime, self._watches, unsandboxed_env
+            )
 
         def _not_run(self, nb, after: int) -> None:
             for cell in nb.cells[after + 1 :]:
@@ -392,10 +411,16 @@ def _make_judge_checks():
                         error="; ".join(f"{e.get('ename')}: {e.get('evalue')}" for e in errors)[:2000],
                     )
                 )
+            from grading.rerun import handed_in_modules
+
+            course_files = (
+                {Path(f).stem for f in os.listdir(source_dir)} if os.path.isdir(source_dir) else set()
+            )
             request = JudgeRequest(
                 seed=seed,
                 cells=requests,
                 definitions=definitions_source(nb, source),
+                modules=handed_in_modules(workdir, course_files),
                 workdir=workdir,
                 kit_dir=kit_copy(settings.kit_dir) if settings.isolate else "",
                 memory_gb=settings.memory_gb,

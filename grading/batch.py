@@ -62,7 +62,7 @@ from grading.course import (
     prepare_course,
 )
 from grading.i18n import _
-from grading.submission import declared_language
+from grading.submission import declared_language, escaped
 from grading.types import Result, Task
 from memlab.i18n import ENGLISH
 
@@ -79,12 +79,7 @@ def fail(message: str) -> None:
 
 def csv_text(text: str, limit: int = FIELD_CHARS) -> str:
     """`text` safe for a CSV cell: lone surrogates and control characters escaped, at most `limit` characters."""
-    text = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
-    text = "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
-    if len(text) <= limit:
-        return text
-    suffix = f"... ({len(text):,} chars)"
-    return text[: limit - len(suffix)] + suffix
+    return escaped(text, limit)
 
 
 def kernel_threads(jobs: int) -> int:

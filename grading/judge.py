@@ -49,6 +49,8 @@ class JudgeRequest:
     isolate: bool = True
     #: the lesson's language (its source notebook's metadata): the language of the verdicts' messages
     language: str = "en"
+    #: {name: source} of the modules handed in next to the notebook, which a rerun may import (grading/rerun.py)
+    modules: dict = dataclasses.field(default_factory=dict)
 
     def to_data(self) -> dict:
         return dataclasses.asdict(self)

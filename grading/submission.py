@@ -23,6 +23,17 @@ MAX_FOLDER_BYTES = 500 * 2**20
 SKIPPED_FOLDERS = {".ipynb_checkpoints", "__pycache__", "autograders", "memlab"}
 
 
+def escaped(text: str, limit: int) -> str:
+    """Text a submission controls, safe to show (a CSV cell, a verdict, a note): lone surrogates and control
+    characters escaped, at most `limit` characters."""
+    text = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    text = "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+    if len(text) <= limit:
+        return text
+    suffix = f"... ({len(text):,} chars)"
+    return text[: limit - len(suffix)] + suffix
+
+
 def grade_id(cell) -> str | None:
     meta = cell.get("metadata", {}).get("nbgrader")
     return meta.get("grade_id") if isinstance(meta, dict) else None

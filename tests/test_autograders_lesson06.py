@@ -941,3 +941,33 @@ def test_e5_a_peak_from_before_train_fails_in_the_judge_as_in_the_notebook(monke
     monkeypatch.setattr(kit, "_SEED", 20261123)
     assert _message(check_measure_trainer, with_the_old_peak) == told
     assert 'expected "peak_bytes" (the peak of train() only) = 3,221,225,472' in told
+
+
+def test_e4_the_check_s_own_run_never_takes_what_would_cost_the_grader():
+    """The judge runs a Trainer with the learner's arguments, outside any sandbox: `dataloader_num_workers=32` forked 32
+    processes of it (12 GiB, 30 minutes). What the check never takes from them (lesson06.JUDGE_RUN) is its own."""
+    from transformers import TrainingArguments
+
+    from autograders.lesson06 import JUDGE_RUN, _run_args, args_data, rebuilt_args
+
+    learners = TrainingArguments(
+        output_dir="unused",
+        dataloader_num_workers=32,
+        dataloader_persistent_workers=True,
+        dataloader_prefetch_factor=64,
+        torch_compile=True,
+        per_device_train_batch_size=100_000,
+        gradient_accumulation_steps=10**6,
+        bf16=True,
+        use_cpu=True,
+        torch_compile_backend="inductor",
+    )
+    run = _run_args(rebuilt_args(args_data(learners, "bf16")), "judge-folder", 2)
+    taken = {
+        key: getattr(run, key) for key in JUDGE_RUN if key != "accelerator_config"
+    }  # None becomes the default
+    assert (
+        taken == {k: v for k, v in JUDGE_RUN.items() if k != "accelerator_config"} and not run.torch_compile
+    )
+    assert run.per_device_train_batch_size == 64 and run.gradient_accumulation_steps == 8
+    assert run.bf16 and run.output_dir == "judge-folder" and run.max_steps == 2  # the set-up is the learner's

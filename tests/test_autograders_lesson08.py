@@ -339,6 +339,63 @@ def test_e3_a_run_that_does_not_match_what_it_reports_fails(good_run, tmp_path, 
     assert expected in _check_fails(_handed_in(good_run, tmp_path / "run", edit))
 
 
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        (("config", "seq"), 1_000_000),
+        (("config", "micro_batch"), 10**9),
+        (("config", "steps"), "150"),
+        (("config", "rank"), True),
+    ],
+    ids=["seq", "micro-batch", "steps-as-text", "rank-as-bool"],
+)
+def test_e3_a_run_s_sizes_are_the_tiny_base_s_before_the_judge_works_on_them(
+    good_run, tmp_path, strict_mode, path, value, monkeypatch
+):
+    """The judge evaluates the run at its `seq` and simulates its step: a size no run of the tiny base has (a seq of
+    10^6 held 3.2 GiB of the grader's) fails the check before any of that work starts."""
+    from autograders import lesson08
+
+    monkeypatch.setattr(lesson08, "eval_accuracy", lambda *a, **k: pytest.fail("evaluated"))
+    monkeypatch.setattr(lesson08, "simulated_run_peak", lambda *a, **k: pytest.fail("simulated"))
+    message = _check_fails(_handed_in(good_run, tmp_path / "run", _set(path, value)))
+    assert (
+        f'run.json["config"]["{path[-1]}"] is' in message
+        and "a run of the tiny base has a whole number" in message
+    )
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        ({"r": 100_000}, "r=100000"),
+        ({"rank_pattern": {"q_proj": 10**9}}, "rank_pattern"),
+        ({"layer_replication": [[0, 4]] * 1000}, "replicates layers"),
+        ({"init_lora_weights": "pissa_niter_100000"}, "initialises with 'pissa_niter_100000'"),
+        ({"peft_type": "PROMPT_TUNING", "num_virtual_tokens": 10**9}, "not a LoRA adapter's"),
+    ],
+    ids=["rank", "rank-pattern", "replication", "pissa", "other-peft-type"],
+)
+def test_e3_an_adapter_config_is_a_tiny_lora_s_before_peft_builds_it(
+    good_run, tmp_path, strict_mode, change, said
+):
+    """The judge loads the handed-in adapter with peft, outside any sandbox: what its adapter_config.json asks peft to
+    allocate or compute is bounded to what a LoRA of the tiny base writes, before peft sees it."""
+    run_dir = _handed_in(good_run, tmp_path / "run")
+    config = json.loads((run_dir / "adapter" / "adapter_config.json").read_text())
+    (run_dir / "adapter" / "adapter_config.json").write_text(json.dumps({**config, **change}))
+    message = _check_fails(run_dir)
+    assert "does not load onto the tiny base" in message and said in message
+
+
+def test_e3_the_handed_in_adapter_config_is_one_the_bounds_accept(good_run):
+    from autograders.lesson08 import adapter_config_problem
+
+    assert (
+        adapter_config_problem(json.loads((good_run / "adapter" / "adapter_config.json").read_text())) is None
+    )
+
+
 def test_e3_a_run_made_on_a_gpu_is_evaluated_on_the_cpu(good_run, tmp_path, capsys):
     """A run trained on a GPU and graded on a CPU: its allocator peak is not compared with the CPU simulation, the
     rest is checked as for any run."""

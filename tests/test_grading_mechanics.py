@@ -58,6 +58,7 @@ SOLVED = {"e1_square_check": 4.0, "e2_add_check": 4.0, "e3_gpu_ones_check": GPU}
 TIMEOUT = 6  # seconds per cell: the slowest cell of the fixture (import torch) takes ~2 s on 2 cores
 WRONG_ADD = ("return a + b", "return a - b")
 SHM_FILE = f"memlab-leak-{os.getpid()}"  # what one student leaves in /dev/shm and /tmp for the next
+VICTIM = "victim.txt"  # a file of the grader's, next to the CSV, that cheat_link_notebook points links at
 #: a file name no text field should carry as it is: a lone surrogate (a byte that is not UTF-8), an escape sequence
 WEIRD_NAME = os.fsdecode(b"link\xff\x1b[2J\x07")
 
@@ -351,6 +352,17 @@ def cheats(subs, out, course) -> dict[str, str]:
             f"os.symlink({str(kept_solutions / NOTEBOOK)!r}, 'solution-link.ipynb')\n"
             f"os.symlink({str(kept_solutions)!r}, 'solutions-link')\n"
             "os.symlink('/etc/passwd', 'passwd-link')\n"
+            "print('made the links:', sorted(n for n in os.listdir('.') if os.path.islink(n)))\n"
+        ),
+        # ---- the notebook turned into a link, and links to the grader's files: nbgrader wrote the autograded notebook
+        # through such a link, chmod-ed what it pointed at, and a link to the run's gradebook overwrote it
+        "cheat_link_notebook": (
+            "import os\n"
+            f"os.remove({NOTEBOOK!r})\n"
+            f"os.symlink({str(out.parent / VICTIM)!r}, {NOTEBOOK!r})\n"
+            f"os.symlink({str(out.parent / VICTIM)!r}, 'notes.txt')\n"
+            "os.symlink('../../../gradebook.db', 'gradebook.ipynb')\n"
+            "os.symlink('../../../../gradebook.db', 'class-gradebook.ipynb')\n"
         ),
         # ---- texts no CSV field may carry as they are: a lone surrogate, control characters, 10 MB
         "cheat_csv_breaker": FORGE
@@ -528,6 +540,8 @@ def graded(tmp_path_factory):
     _cell(reader, "e2_add").source = SHM_READER
     put("cheat_shm_reader", reader)  # graded after cheat_shm_writer (or beside it: --jobs 2), in order
 
+    (tmp / VICTIM).write_text("the grader's own file")
+    os.chmod(tmp / VICTIM, 0o600)
     before = _digest(subs)
     repo_before = source_digest()
     start = time.perf_counter()
@@ -845,6 +859,7 @@ CHEATS_UNFLAGGED = [
     "cheat_thread",  # flagged or not, depending on whether its thread won the race against the check
     "cheat_shm_writer",
     "cheat_symlink",
+    "cheat_link_notebook",
 ]
 
 
@@ -967,11 +982,31 @@ def test_dev_shm_and_tmp_are_not_shared_between_students(graded):
     assert glob.glob(f"/dev/shm/{SHM_FILE}*") == [] and glob.glob(f"/tmp/{SHM_FILE}*") == []
 
 
+def test_the_grader_never_writes_or_chmods_through_what_the_kernel_left(graded):
+    """The kernel works in a private copy of its folder: its notebook replaced by a link to a file of the grader's,
+    links to the run's gradebook, are never written, chmod-ed or read back; the row is graded, and so are the rows
+    graded after it."""
+    victim = graded["out"].parent / VICTIM
+    assert victim.read_text() == "the grader's own file"
+    assert victim.stat().st_mode & 0o777 == 0o600
+    assert scores(graded, "cheat_link_notebook") == {**SOLVED, "e2_add_check": 0.0}
+    assert not graded["proc"].returncode
+    for student in ("solved", "spaced name é", "cheat_shm_reader"):
+        assert scores(graded, student) == SOLVED, student
+
+
 def test_links_the_kernel_made_are_not_copied_into_the_kept_course(graded):
     sid = student_id(graded, "cheat_symlink")
     links = ("solution-link.ipynb", "solutions-link", "passwd-link")
     worker_folder = graded["course"] / "work" / f"{sid}-{SLUG}" / "course" / "autograded" / sid / SLUG
-    assert all(os.path.islink(worker_folder / name) for name in links)  # the kernel made them
+    autograded = nbformat.read(worker_folder / NOTEBOOK, as_version=4)
+    printed = "".join(o.get("text", "") for o in _cell(autograded, "e2_add").outputs)
+    assert (
+        "made the links: ['passwd-link', 'solution-link.ipynb', 'solutions-link']" in printed
+    )  # in its own copy
+    assert not [
+        p for p in worker_folder.rglob("*") if p.is_symlink()
+    ]  # never in the folder nbgrader works in
     for stage in ("submitted", "autograded"):
         kept = graded["course"] / "course" / stage / sid / SLUG
         assert kept.is_dir()

@@ -63,6 +63,7 @@ def attempt(f):
 
 def run_python(box: isolation.Sandbox, code: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """`code` (after ATTEMPT) run by this Python inside `box`, as the grader starts a process there."""
+    box.hand_over()
     return subprocess.run(
         box.command([sys.executable, "-c", ATTEMPT + textwrap.dedent(code)]),
         env=box.env(),
@@ -142,9 +143,127 @@ def test_nothing_outside_the_submissions_folder_and_tmp_is_writable(kit_dir, wor
         print(json.dumps({{name: attempt(lambda p=p: open(p, "a").write("x")) for name, p in targets.items()}}))
         """,
     )
-    assert printed(proc) == dict.fromkeys(targets, "OSError")  # a read-only file system
+    # a read-only file system (OSError), or, where the grader is root, files the sandbox's own user may not write
+    assert set(printed(proc).values()) <= {"OSError", "PermissionError"}, printed(proc)
     assert Path(targets["kit"]).read_bytes() == kit_before
     assert not any(os.path.exists(targets[k]) for k in ("python", "system", "etc"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a grader that is not root reads only its own files anyway")
+def test_a_grader_running_as_root_does_not_lend_root_to_the_sandbox(kit_dir, workdir, tmp_path):
+    """The sandbox runs as a user of its own: a file only root may read, in a folder the sandbox is shown, stays
+    unread (the kernel ran as root in its own user namespace, mapped to the machine's root, and read such files)."""
+    shown = tmp_path / "shown"
+    shown.mkdir(mode=0o755)
+    (shown / "root-only.txt").write_text("root's secret")
+    os.chmod(shown / "root-only.txt", 0o600)
+    (shown / "public.txt").write_text("anyone's")
+    os.chmod(shown / "public.txt", 0o644)
+    proc = run_python(
+        sandbox(kit_dir, workdir, readable=(str(shown),)),
+        f"""
+        print(json.dumps({{
+            "uid": os.getuid(),
+            "root_only": attempt(lambda: open({str(shown / "root-only.txt")!r}).read()),
+            "public": attempt(lambda: open({str(shown / "public.txt")!r}).read()),
+            "shadow": attempt(lambda: open("/etc/shadow").read()[:4]) if os.path.exists("/etc/shadow") else "none",
+        }}))
+        """,
+    )
+    seen = printed(proc)
+    assert seen["uid"] == isolation.sandbox_uid() and seen["uid"] != 0
+    assert seen["root_only"] == "PermissionError" and seen["public"] == "ok: anyone's"
+    assert seen["shadow"] in ("PermissionError", "none")
+
+
+def test_the_hugging_face_token_stays_out_of_the_sandbox(kit_dir, workdir, tmp_path, monkeypatch):
+    """The models and datasets the grader has cached are readable; its access token, in the same HF_HOME, is not
+    there at all (HF_HOME itself was mounted, token included)."""
+    home = tmp_path / "hf"
+    for folder in ("hub", "datasets"):
+        (home / folder).mkdir(parents=True)
+        (home / folder / "cached.txt").write_text("a cached file")
+    (home / "token").write_text("hf_grader_secret")
+    (home / "stored_tokens").write_text("hf_grader_secret")
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_CACHE", raising=False)
+    for folder in (home, home / "hub", home / "datasets"):
+        os.chmod(folder, 0o755)
+    proc = run_python(
+        sandbox(kit_dir, workdir, readable=isolation.hf_caches()),
+        f"""
+        home = {str(home)!r}
+        print(json.dumps({{name: attempt(lambda name=name: open(os.path.join(home, name)).read())
+                          for name in ("token", "stored_tokens", "hub/cached.txt", "datasets/cached.txt")}}))
+        """,
+    )
+    assert printed(proc) == {
+        "token": "FileNotFoundError",
+        "stored_tokens": "FileNotFoundError",
+        "hub/cached.txt": "ok: a cached file",
+        "datasets/cached.txt": "ok: a cached file",
+    }
+
+
+def test_tmp_and_dev_shm_are_bounded_and_counted_as_memory(kit_dir, workdir):
+    """/tmp and /dev/shm are RAM: a submission kept 3 GiB there under --memory-limit 1, unseen. Each is a tmpfs of at
+    most the memory limit, and the watch adds what they hold to the processes' memory."""
+    box = sandbox(kit_dir, workdir, limits=isolation.Limits(memory_bytes=300 * MiB))
+    watch, out = _watched(
+        box,
+        """
+        import os, time
+        for folder in ("/dev/shm", "/tmp"):
+            try:
+                with open(folder + "/hoard", "wb") as fh:
+                    for _ in range(200):
+                        fh.write(b"x" * 2**20)  # 200 MiB in each: 400 MiB together, over the 300 MiB limit
+            except OSError as error:
+                print(type(error).__name__, flush=True)
+        print("hoarded", flush=True)
+        time.sleep(60)
+        """,
+    )
+    assert watch.reason is not None and "the memory limit" in watch.reason, out
+    assert "/tmp" in watch.reason
+
+
+@pytest.mark.parametrize(
+    "limits, code, said",
+    [
+        (
+            isolation.Limits(folder_files=200),
+            "for i in range(2000):\n    open(f'f{i}', 'w').close()\ntime.sleep(60)",
+            "the file limit",
+        ),
+        (
+            isolation.Limits(folder_bytes=40 * MiB),
+            "with open('big', 'wb') as fh:\n    for _ in range(100):\n        fh.write(b'x' * 2**20)\n"
+            "        fh.flush()\ntime.sleep(60)",
+            "the disk limit",
+        ),
+    ],
+    ids=["files", "bytes"],
+)
+def test_the_folder_of_a_submission_is_bounded(kit_dir, workdir, limits, code, said):
+    """A submission wrote 5 GiB and 200,000 files into its folder, twice with --keep: the watch walks the folder too."""
+    box = sandbox(kit_dir, workdir, limits=limits)
+    box.hand_over()
+    proc = subprocess.Popen(
+        box.command([sys.executable, "-c", "import time\n" + code]),
+        env=box.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    watch = isolation.Watch(proc.pid, box.limits, box.workdir)
+    try:
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        watch.stop()
+        isolation.kill_tree(proc.pid)
+    assert watch.reason is not None and said in watch.reason, out
 
 
 def test_tmp_and_dev_shm_are_private_and_empty(kit_dir, workdir, tmp_path):
@@ -246,6 +365,7 @@ def test_processes_started_inside_die_with_the_sandbox(kit_dir, workdir):
 
 def _watched(box: isolation.Sandbox, code: str, timeout: float = 60) -> tuple[isolation.Watch, str]:
     """Run `code` in `box` under a Watch, as the grader runs a kernel; (the watch, what the program printed)."""
+    box.hand_over()
     proc = subprocess.Popen(
         box.command([sys.executable, "-c", textwrap.dedent(code)]),
         env=box.env(),
@@ -518,15 +638,18 @@ sys.exit(0)
 """
 
 
-def rerun_check(kit_dir, workdir, tmp_path, checks: str, check: str, args: tuple, definitions: list):
+def rerun_check(
+    kit_dir, workdir, tmp_path, checks: str, check: str, args: tuple, definitions: list, modules=None
+):
     """grading.rerun.rerun of `check`, declared in a checks module whose source is `checks`, with these definitions
     ([code, the lesson's own]) loaded first, in the sandbox: (transcripts, error)."""
     from grading.judge import CheckCall, JudgeRequest
     from grading.rerun import rerun
 
     source = tmp_path / "lesson"
-    source.mkdir()
+    source.mkdir(exist_ok=True)
     (source / "lesson_checks.py").write_text(checks)
+    (source / "lesson.ipynb").write_text("the model solution")
     request = JudgeRequest(
         seed=5,
         cells=[],
@@ -535,8 +658,102 @@ def rerun_check(kit_dir, workdir, tmp_path, checks: str, check: str, args: tuple
         source_dir=str(source),
         kit_dir=kit_dir,
         memory_gb=2,
+        modules=modules or {},
     )
     return rerun(CheckCall("lesson_checks", check, args, ()), request)
+
+
+def _recorded(transcripts) -> dict:
+    """{label: the decoded value} of a rerun's one transcript."""
+    (transcript,) = transcripts
+    return {r["label"]: wire.decode(r["value"]) for r in transcript["records"] if "value" in r}
+
+
+@pytest.mark.parametrize(
+    "cells, modules",
+    [
+        # an alias of a library function at module level (the rerun skipped it: NameError)
+        (["import operator", "_add = operator.add", "def plus_two(x):\n    return _add(x, 2)"], {}),
+        # a factory (the rerun said "the check's arguments are not among your definitions")
+        (["def make(n):\n    def f(x):\n        return x + n\n    return f", "plus_two = make(2)"], {}),
+        # the code in a module handed in next to the notebook (the rerun could not import it)
+        (
+            ["from helper import plus_two"],
+            {"helper": "import operator\n\ndef plus_two(x):\n    return operator.add(x, 2)\n"},
+        ),
+    ],
+    ids=["alias", "factory", "module"],
+)
+def test_a_rerun_takes_every_honest_shape_of_the_learner_s_code(kit_dir, workdir, tmp_path, cells, modules):
+    definitions = [[code, False] for code in cells]
+    transcripts, error = rerun_check(
+        kit_dir, workdir, tmp_path, RERUN_CHECKS, "check_plus_two", ("plus_two",), definitions, modules
+    )
+    assert error == "" and _recorded(transcripts) == {"fn(2)": 4}
+
+
+def test_a_rerun_runs_none_of_the_learner_s_code_the_check_does_not_need(kit_dir, workdir, tmp_path):
+    """An unrelated function's default value and a bare statement ran when the rerun loaded "definitions only": they
+    could prepare the process before the measurement. Now only what the call needs runs."""
+    definitions = [
+        ["import builtins", False],
+        ["def other(y=setattr(builtins, 'PREPARED', 1)):\n    return y", False],
+        ["builtins.PREPARED_TOO = 1", False],
+        [
+            "def plus_two(x):\n    return x + 2 + getattr(builtins, 'PREPARED', 0) + getattr(builtins, 'PREPARED_TOO', 0)",
+            False,
+        ],
+    ]
+    transcripts, error = rerun_check(
+        kit_dir, workdir, tmp_path, RERUN_CHECKS, "check_plus_two", ("plus_two",), definitions
+    )
+    assert error == "" and _recorded(transcripts) == {"fn(2)": 4}
+
+
+FORGED_AT_EXIT = """
+import atexit, json
+
+def plus_two(x):
+    record = {"check": "e1_plus_two", "records": [{"label": "fn(2)", "value": ["int", "4"]}]}
+    atexit.register(lambda: print("\\n" + json.dumps({"transcript": record})))
+    return x + 1
+"""
+
+SECOND_RECORD = """
+import json, os
+
+def plus_two(x):
+    record = json.dumps({"transcript": {"check": "e1_plus_two", "records": [{"label": "fn(2)", "value": ["int", "4"]}]}})
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            os.write(int(fd), (record + "\\n").encode())
+        except OSError:
+            pass
+    return x + 1
+"""
+
+
+def test_a_rerun_s_record_comes_only_from_the_check(kit_dir, workdir, tmp_path):
+    """The judge took the rerun's transcript from its last line of output, which an exit handler of the learner's
+    printed; the record now has a channel of its own, one record, after which the process ends."""
+    transcripts, error = rerun_check(
+        kit_dir, workdir, tmp_path, RERUN_CHECKS, "check_plus_two", ("plus_two",), [[FORGED_AT_EXIT, False]]
+    )
+    assert error == "" and _recorded(transcripts) == {"fn(2)": 3}
+    transcripts, error = rerun_check(
+        kit_dir, workdir, tmp_path, RERUN_CHECKS, "check_plus_two", ("plus_two",), [[SECOND_RECORD, False]]
+    )
+    assert transcripts == [] and "sent 2 records" in error
+
+
+def test_a_rerun_does_not_see_the_lesson_s_folder(kit_dir, workdir, tmp_path):
+    """The measurement's sandbox was shown the lesson's source folder (its solution notebook), on sys.path."""
+    solution = tmp_path / "lesson" / "lesson.ipynb"
+    code = f"def plus_two(x):\n    try:\n        return open({str(solution)!r}).read()\n    except Exception as error:\n        return type(error).__name__"
+    transcripts, error = rerun_check(
+        kit_dir, workdir, tmp_path, RERUN_CHECKS, "check_plus_two", ("plus_two",), [[code, False]]
+    )
+    assert error == "" and _recorded(transcripts) == {"fn(2)": "FileNotFoundError"}
 
 
 def test_a_rerun_imports_nothing_the_kernel_left_in_its_folder(kit_dir, workdir, tmp_path):

@@ -1,10 +1,13 @@
-"""What the judge's fresh process loads before it measures the learner's code again (grading/rerun.py, `definitions`):
-every import, function, class and literal constant, and of the lesson's own assignments only those the check's call
-needs. A lesson cell that builds a model, profiles a step or draws a plot that nothing the call reaches reads is not
-run again: on a CPU each such assignment costs up to `ASSIGNMENT_SECONDS`, on a GPU at GPU sizes as much per check.
+"""What the judge's fresh process runs before it measures the learner's code again (grading/rerun.py, `definitions`):
+the statements the check's call needs, and nothing else. A lesson cell that builds a model, profiles a step or draws
+a plot that nothing the call reaches reads is not run again (on a CPU each such assignment costs up to
+`LESSON_SECONDS`, on a GPU at GPU sizes as much per check); a learner's statement that binds nothing the call reaches
+(an unrelated function with its decorators and default values, a patch, a loop) never runs.
 """
 
 from __future__ import annotations
+
+import ast
 
 import nbformat
 import pytest
@@ -12,7 +15,7 @@ from nbgrader_pipeline import SOLUTIONS, lesson_slugs
 
 from grading.autograde import definitions_source
 from grading.judge import CheckCall, parse_check_cell
-from grading.rerun import call_roots, definitions, needed
+from grading.rerun import LEARNER_SECONDS, LESSON_SECONDS, call_roots, definitions, needed
 from grading.submission import is_test_cell
 
 LESSON = [
@@ -35,24 +38,23 @@ def codes(selected: list[list]) -> list[str]:
     return [code for code, _timed in selected]
 
 
-def test_only_the_lesson_assignments_the_call_needs_are_loaded():
+def test_only_what_the_call_needs_is_loaded():
     selected = definitions(LESSON, {"train_step"})
     assert codes(selected) == [
-        "import torch",
         "SIZES = dict(width=8)",  # read by LM's and SCALE's assignments
         "LM = build(SIZES['width'])",  # train_step's default
         "OPT = make(LM)",  # train_step's default
-        "SUMMARY = {}",  # a literal constant: always loaded, as every definition is
         "def train_step(model=LM, optimizer=OPT):\n    return helper(model)",
         "def helper(m):\n    for _ in range(2):\n        pass\n    return SCALE * m",
-        "def unrelated():\n    return FIG",  # a definition costs nothing to load: kept
         "SCALE = float(SIZES['width'])",  # read by helper's body
     ]
-    assert [timed for _code, timed in selected] == [False, True, True, True, False, False, False, False, True]
+    # `import torch`, `SUMMARY = {}` and `unrelated` are read by nothing the call reaches: not loaded
+    assert [seconds for _code, seconds in selected] == [LESSON_SECONDS] * 3 + [0, 0, LESSON_SECONDS]
 
 
-def test_without_the_call_every_lesson_assignment_is_loaded_as_before():
-    timed = [code for code, timed in definitions(LESSON) if timed]
+def test_without_the_call_every_statement_that_binds_a_name_is_loaded():
+    every = definitions(LESSON)
+    timed = [code for code, seconds in every if seconds]
     assert timed == [
         "SIZES = dict(width=8)",
         "LM = build(SIZES['width'])",
@@ -61,6 +63,35 @@ def test_without_the_call_every_lesson_assignment_is_loaded_as_before():
         "SUMMARY['peak'] = slow_profile(LM)",
         "SCALE = float(SIZES['width'])",
         "RESULT = train_for_an_hour()",
+    ]
+    assert "import torch" in codes(every) and "def unrelated():\n    return FIG" in codes(every)
+
+
+def test_the_learner_s_statements_load_only_when_the_call_needs_them():
+    """Honest shapes a learner mode accepts: an alias of a library function, a factory, a try-import; and what never
+    runs: a statement that binds nothing (a patch, a loop), an unrelated function's decorator and default value."""
+    cells = [
+        ["import time\nimport functools", False],
+        ["_clock = time.perf_counter", False],
+        ["def make_timer(clock):\n    def timer(fn):\n        return clock()\n    return timer", False],
+        ["time_step = make_timer(_clock)", False],
+        ["try:\n    import fast_timer\nexcept ImportError:\n    fast_timer = None", False],
+        ["time.sleep = lambda s: None\nfor _ in range(3):\n    time_step(print)", False],
+        ["@functools.cache\ndef unrelated(x=print('defined')):\n    return x", False],
+    ]
+    selected = definitions(cells, {"time_step", "fast_timer"})
+    assert codes(selected) == [
+        ast.unparse(
+            ast.parse(cells[0][0]).body[0]
+        ),  # import time (functools: only the unrelated decorator's)
+        *(ast.unparse(ast.parse(cells[i][0])) for i in (1, 2, 3, 4)),
+    ]
+    assert [seconds for _code, seconds in selected] == [
+        0,
+        LEARNER_SECONDS,
+        0,
+        LEARNER_SECONDS,
+        LEARNER_SECONDS,
     ]
 
 
@@ -77,8 +108,6 @@ def test_the_names_a_call_reads_are_its_arguments_expressions():
 
 
 def test_needed_follows_reads_through_statements_in_any_order():
-    import ast
-
     statements = [
         ast.parse(code).body[0] for code in ("a = b + 1", "b = c", "c = 2", "d = 4", "def f():\n    return a")
     ]
@@ -97,7 +126,11 @@ def _rerun_calls(slug: str):
         call = parse_check_cell(cell.source)
         declared = getattr(importlib.import_module(call.module), call.function).check
         if declared.rerun:
-            yield call, definitions(cells, call_roots(call)), [c for c, timed in definitions(cells) if timed]
+            yield (
+                call,
+                definitions(cells, call_roots(call)),
+                [c for c, seconds in definitions(cells) if seconds],
+            )
 
 
 @pytest.mark.parametrize("slug", [s for s in lesson_slugs() if s.startswith(("03", "04", "06", "08"))])
@@ -105,6 +138,6 @@ def test_a_lessons_rerun_loads_few_of_its_assignments(slug):
     """The real lessons: each check collected again loads a few of the lesson's assignments, not its models and
     plots (lesson 06's Exercise 6.2 times a function given to it: none of the lesson's 38 is needed)."""
     for call, selected, every in _rerun_calls(slug):
-        timed = [code for code, timed in selected if timed]
+        timed = [code for code, seconds in selected if seconds == LESSON_SECONDS]
         assert len(timed) <= max(10, len(every) // 3), (call.function, timed)
         assert not any(code.startswith(("fig", "FIG", "PEAKS")) for code in timed), (call.function, timed)
