@@ -222,7 +222,7 @@ class _Run:
         self.records: list[Record] = [] if transcript is None else list(transcript.records)
         self.position = 0
         self.depth = 0  # > 0 inside a learner step: nested steps run as plain code
-        self.fingerprint = ""
+        self.signature: tuple[float, ...] = ()
 
     def step(self, label: str, fn):
         if self.depth or self.mode == LEARNER:
@@ -341,12 +341,12 @@ def reference(compute):
     return compute()
 
 
-def fingerprint(data: bytes) -> None:
-    """In a reference or judging step: name what the learner handed in (e.g. the weights of a trained adapter) by
-    its SHA-256, so that the grader can flag identical work handed in by different students."""
-    import hashlib
-
-    _current().fingerprint = hashlib.sha256(data).hexdigest()
+def signature(vector) -> None:
+    """In a reference or judging step: name what the learner handed in (e.g. what a trained adapter learned) by a short
+    vector of floats, so that the grader can flag the same work handed in by different students: within a tolerance,
+    so that a copy changed in a last digit, or padded with an unused tensor, is still the same work
+    (grading/batch.py, `flag_copies`)."""
+    _current().signature = tuple(float(x) for x in vector)
 
 
 def judging() -> bool:
@@ -396,7 +396,7 @@ class Verdict:
     message: str = ""
     not_checked: bool = False
     not_graded: bool = False
-    fingerprint: str = ""  # see `fingerprint()`
+    signature: tuple[float, ...] = ()  # see `signature()`
     #: the record does not follow the check's own steps (another check's, or not this one's): honest code cannot
     #: produce it, so the grader flags it for a human
     forged: bool = False
@@ -471,7 +471,7 @@ def _outcome(declared: Check, run: _Run, args, kwargs) -> Verdict:
         raise TranscriptMismatch(
             f"the record has {len(run.records) - run.position} step(s) the check never took"
         )
-    return Verdict(True, cases=n_cases, fingerprint=run.fingerprint)
+    return Verdict(True, cases=n_cases, signature=run.signature)
 
 
 def collect(declared: Check, args, kwargs) -> Transcript:

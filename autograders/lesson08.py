@@ -23,8 +23,8 @@ shapes, tensors, the bytes of files).
   (grading/demonstrations.py) and the handed-in run is evaluated. The judge re-creates what it can on its own: it
   loads the adapter onto its own copy of the base, counts its parameters, evaluates the accuracy on its own test
   reviews, simulates one training step of the run's configuration and compares the reported peak with it, and
-  fingerprints the adapter's weights (`kit.fingerprint`) so that identical adapters handed in by different students
-  can be flagged.
+  names what the adapter learned by a signature (`kit.signature`, `adapter_signature`) so that the same adapter
+  handed in by different students, even one changed in a last digit or padded with an unused tensor, is flagged.
 - `merged_weight` (Exercise 8.4): the learner's merge of LoRA layers with random A and B, against peft's own
   `get_delta_weight` on an identical layer built by the check.
 - `measure_lora_step` (Exercise 8.5): the learner's measurement of a one-layer Llama-2-7B on the CPU (the tracker's
@@ -57,13 +57,13 @@ from autograders.kit import (
     expect_close,
     expect_keys,
     expect_type,
-    fingerprint,
     grading_rng,
     how_far,
     judging,
     learner,
     needs_hardware,
     reference,
+    signature,
 )
 from memlab import data
 from memlab.estimate import ATTENTION_PROJECTIONS, simulate_7b_lora_step, simulate_training_step
@@ -639,17 +639,25 @@ def _run_files(run_dir: Path) -> dict:
     }
 
 
-def adapter_fingerprint_bytes(weights: dict) -> bytes:
-    """The adapter's weights in a canonical order (by name): name, dtype, shape and bytes of every tensor."""
-    parts = []
-    for name in sorted(weights, key=str):
-        tensor = weights[name]
-        if not isinstance(tensor, torch.Tensor):
-            continue
-        tensor = tensor.detach().to("cpu").contiguous()
-        parts.append(f"{name}\0{tensor.dtype}\0{list(tensor.shape)}\0".encode())
-        parts.append(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return b"".join(parts)
+#: the length of an adapter's signature: a random projection of what it learned (fixed, seeded), which keeps the
+#: distance between two adapters to within a few per cent (Johnson-Lindenstrauss) and costs a few hundred bytes
+SIGNATURE_SIZE = 256
+
+
+def adapter_signature(model) -> list[float]:
+    """What a loaded adapter learned, as SIGNATURE_SIZE floats: its LoRA weights as peft loaded them (any other tensor
+    a file held is not in the model), in the order of their names, in float64, projected on fixed random directions.
+    Two copies of one run, one of them changed in a last digit, are a relative distance of about 1e-7 apart; two runs
+    trained apart, of order 1."""
+    named = sorted((n, p) for n, p in model.named_parameters() if "lora_" in n)
+    flat = torch.cat([p.detach().to("cpu", torch.float64).reshape(-1) for _n, p in named])
+    generator = torch.Generator().manual_seed(8)
+    projected = torch.zeros(SIGNATURE_SIZE, dtype=torch.float64)
+    for start in range(0, len(flat), 65_536):  # the projection a block at a time: a few MiB at most
+        chunk = flat[start : start + 65_536]
+        directions = torch.randn(SIGNATURE_SIZE, len(chunk), generator=generator, dtype=torch.float64)
+        projected += directions @ chunk
+    return (projected / SIGNATURE_SIZE**0.5).tolist()
 
 
 def adapter_config_problem(config) -> str | None:
@@ -680,14 +688,12 @@ def adapter_config_problem(config) -> str | None:
 
 def _reload_adapter(files: dict):
     """Reference step: the handed-in adapter (its config and weights, as the run wrote them) loaded onto the check's
-    own copy of the tiny base, as (model, tokenizer); or, as a string, why it does not load. The weights are
-    fingerprinted, so that identical adapters handed in by different students can be flagged."""
+    own copy of the tiny base, as (model, tokenizer); or, as a string, why it does not load. What the loaded adapter
+    learned is its signature, so that the same adapter handed in by different students can be flagged."""
     from peft import PeftModel
     from safetensors.torch import save_file
 
     weights = files["adapter_weights"]
-    if isinstance(weights, dict):
-        fingerprint(adapter_fingerprint_bytes(weights))
     with tempfile.TemporaryDirectory() as folder:
         try:
             if files["adapter_weights_error"] is not None:
@@ -703,6 +709,7 @@ def _reload_adapter(files: dict):
                 model = PeftModel.from_pretrained(base, folder, is_trainable=True)
         except Exception as error:
             return str(error)
+    signature(adapter_signature(model))
     return model, tokenizer
 
 

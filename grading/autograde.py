@@ -441,7 +441,7 @@ def _make_judge_checks():
                 changed = changed_marks(submitted_notebook(self.config, info), source)
                 if changed:
                     findings["notes"].append(marks_note(changed))
-            findings["fingerprints"] = {v.grade_id: v.fingerprint for v in verdicts if v.fingerprint}
+            findings["signatures"] = {v.grade_id: v.signature for v in verdicts if v.signature}
             nb.metadata[FINDINGS_KEY] = findings
             return nb, resources
 

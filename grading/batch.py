@@ -178,22 +178,90 @@ def make_row(student: str, lesson: str, cells: list[tuple[str, float, bool]], re
     return row
 
 
+#: two signatures (kit.signature) name the same work when they are closer than this, relative to the larger: a copy
+#: changed in a last digit is about 1e-7 away, two runs trained apart about 1
+SAME_WORK = 1e-3
+
+
+def same_work(a: list[float], b: list[float]) -> bool:
+    if len(a) != len(b) or not a:
+        return False
+    distance = sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5
+    size = max(sum(x * x for x in a) ** 0.5, sum(y * y for y in b) ** 0.5)
+    return distance <= SAME_WORK * size
+
+
 def flag_copies(results: dict) -> None:
-    """Work with the same fingerprint handed in by different students: flag every one of them."""
-    owners: dict[tuple[str, str], list[str]] = {}
-    for (student, _lesson), (_task, result) in sorted(results.items()):
-        for gid, digest in result.fingerprints.items():
-            owners.setdefault((gid, digest), []).append(student)
-    for (student, _lesson), (task, result) in results.items():
-        for gid, digest in result.fingerprints.items():
-            others = [s for s in owners[(gid, digest)] if s != student]
-            if others:
+    """The same work (close signatures, kit.signature) handed in by different students. Where every one of them
+    says when it was handed in (nbgrader's timestamp.txt), the first is not blamed: its row says who handed in the same
+    work after it, and the later ones are flagged, naming the first; where a time is missing, every one is flagged."""
+    for gid in sorted({g for _task, result in results.values() for g in result.signatures}):
+        owners = sorted(
+            (task.student, task.submitted_at, task.language, result)
+            for task, result in results.values()
+            if gid in result.signatures
+        )
+        for student, submitted, language, result in owners:
+            same = [
+                o
+                for o in owners
+                if o[0] != student and same_work(result.signatures[gid], o[3].signatures[gid])
+            ]
+            if not same:
+                continue
+            times = [submitted, *(o[1] for o in same)]
+            if all(times) and submitted < min(o[1] for o in same):
                 text = _(
-                    "{grade_id}: bit for bit the same work as {students} (copied files, or the same code run with "
-                    "the same seeds)",
-                    task.language,
+                    "{grade_id}: handed in first ({time}); the same work was handed in after it by {students}",
+                    language,
                 )
-                result.flags.append(text.format(grade_id=gid, students=", ".join(others[:5])))
+                result.notes.append(
+                    text.format(grade_id=gid, time=submitted, students=", ".join(o[0] for o in same[:5]))
+                )
+                continue
+            if all(times):
+                first = min(same, key=lambda o: o[1])
+                text = _(
+                    "{grade_id}: the same work as {first}'s, handed in earlier ({earlier}; this one {time})",
+                    language,
+                )
+                result.flags.append(
+                    text.format(grade_id=gid, first=first[0], earlier=first[1], time=submitted)
+                )
+                continue
+            text = _(
+                "{grade_id}: the same work as {students} (what it learned, within {tolerance}: copied, or the same "
+                "code run with the same seeds); no submission time tells who handed it in first",
+                language,
+            )
+            result.flags.append(
+                text.format(
+                    grade_id=gid, students=", ".join(o[0] for o in same[:5]), tolerance=f"{SAME_WORK:g}"
+                )
+            )
+
+
+def submission_time(folder: Path) -> str:
+    """When a lesson folder was handed in, from the timestamp.txt nbgrader's exchange writes into it ("2026-11-28
+    10:00:00.000000 UTC"), as ISO 8601 in UTC; "" when there is none or it does not read."""
+    import datetime
+
+    path = folder / "timestamp.txt"
+    try:
+        if path.is_symlink() or not path.is_file():
+            return ""
+        text = path.read_text(encoding="utf-8").strip()[:64]
+    except (OSError, UnicodeDecodeError):
+        return ""
+    try:
+        from dateutil import parser
+
+        stamp = parser.parse(text)
+    except (ImportError, ValueError, OverflowError):
+        return ""
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=datetime.timezone.utc)
+    return stamp.astimezone(datetime.timezone.utc).isoformat(timespec="microseconds")
 
 
 # ---- the CSV ---------------------------------------------------------------------------------------------------
@@ -518,6 +586,7 @@ def main(argv: list[str] | None = None) -> int:
                     isolate=not args.no_isolation,
                     run_demonstrations=args.run_demonstrations,
                     language=chosen[(student, slug)],
+                    submitted_at=submission_time(submissions / student / slug),
                 )
             )
         results = {}

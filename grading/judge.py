@@ -68,7 +68,8 @@ class CellVerdict:
     ename: str = "CheckFailed"  # the error's name when it did not pass
     kernel_error: bool = False  # no transcript, because the cell itself failed: keep the cell's own error
     flag: str = ""  # evidence of tampering, for a human to read
-    fingerprint: str = ""  # SHA-256 of work handed in (lesson 08's adapter), compared across the class
+    #: what work handed in (lesson 08's adapter) learned, as a short vector compared across the class (kit.signature)
+    signature: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -183,11 +184,11 @@ def _cell_verdict(cell: CellRequest, declared, verdict) -> CellVerdict:
         return CellVerdict(cell.grade_id, False, cell.error, ename="Error", kernel_error=True)
     if verdict.passed:
         line = kit.success_line(declared.name, verdict.cases)
-        return CellVerdict(cell.grade_id, True, line, fingerprint=verdict.fingerprint)
+        return CellVerdict(cell.grade_id, True, line, signature=list(verdict.signature))
     flag = f"{cell.grade_id}: {verdict.message}" if verdict.forged else ""
     ename = "NotGradedHere" if verdict.not_graded else "CheckFailed"
     return CellVerdict(
-        cell.grade_id, False, verdict.message, ename=ename, flag=flag, fingerprint=verdict.fingerprint
+        cell.grade_id, False, verdict.message, ename=ename, flag=flag, signature=list(verdict.signature)
     )
 
 

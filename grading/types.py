@@ -25,6 +25,8 @@ class Task:
     isolate: bool
     run_demonstrations: bool = False  # run the cells a lesson tags skip-when-grading too
     language: str = "en"  # the edition graded against: the language of the row's notes (grading/i18n.py)
+    #: when the student handed the lesson in (nbgrader's timestamp.txt in its folder, UTC, ISO 8601); "" if unknown
+    submitted_at: str = ""
 
     @property
     def result_path(self) -> Path:
@@ -46,9 +48,8 @@ class Result:
     manual: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     flags: list[str] = dataclasses.field(default_factory=list)
-    fingerprints: dict[str, str] = dataclasses.field(
-        default_factory=dict
-    )  # grade id -> SHA-256 of handed-in work
+    #: grade id -> what work handed in learned (kit.signature), compared across the class
+    signatures: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
     autograded: str = ""  # the autograded notebook (in the task's work folder)
     grader_error: bool = False

@@ -202,7 +202,7 @@ def grade(task: Task) -> Result:
 
 
 def read_autograded(course: Path, slug: str, student: str, autograded, cells, result: Result) -> None:
-    """Scores from the gradebook; notes, flags and fingerprints from the autograded notebook."""
+    """Scores from the gradebook; notes, flags and signatures from the autograded notebook."""
     from nbgrader.api import Gradebook
 
     from grading.autograde import FINDINGS_KEY
@@ -215,7 +215,11 @@ def read_autograded(course: Path, slug: str, student: str, autograded, cells, re
     findings = autograded.metadata.get(FINDINGS_KEY, {})
     result.notes += [str(n) for n in findings.get("notes", [])]
     result.flags += [str(f) for f in findings.get("flags", [])]
-    result.fingerprints = {str(k): str(v) for k, v in findings.get("fingerprints", {}).items()}
+    result.signatures = {
+        str(k): [float(x) for x in v]
+        for k, v in findings.get("signatures", {}).items()
+        if isinstance(v, list)
+    }
     lost = {g for g, points, manual in cells if not manual and (result.scores.get(g) or 0) < points}
     result.notes += failure_notes(autograded, lost)
     for gid in result.manual:

@@ -132,3 +132,64 @@ def test_rows_are_written_as_they_are_graded(class_folder, tmp_path):
     with open(out, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     assert rows and rows[0]["student"] == "ada" and rows[0]["total"] != ""
+
+
+# ---- the same work handed in by different students (grading.batch.flag_copies) -------------------------------------
+
+
+def _results(*students):
+    """{(student, lesson): (task, result)} for (name, submitted_at, signature) triples."""
+    from grading.types import Result, Task
+
+    out = {}
+    for name, submitted, vector in students:
+        task = Task(name, name, "08-x", "", "", "", "", 1, 1, 1, 1, True, submitted_at=submitted)
+        out[(name, "08-x")] = (task, Result(signatures={"e3_check": vector}))
+    return out
+
+
+ONE_RUN = [1.0, -2.0, 0.5] * 10
+NUDGED = [ONE_RUN[0] * (1 + 1e-7), *ONE_RUN[1:]]  # one value moved in its last digits
+ANOTHER_RUN = [0.9, -2.2, 0.4] * 10
+
+
+def test_the_first_to_hand_in_is_not_blamed_for_those_who_copied_it():
+    from grading.batch import flag_copies
+
+    results = _results(
+        ("ada", "2026-11-20T10:00:00+00:00", ONE_RUN),
+        ("bo", "2026-11-21T09:00:00+00:00", NUDGED),
+        ("cy", "2026-11-20T12:00:00+00:00", ANOTHER_RUN),
+    )
+    flag_copies(results)
+    ada, bo, cy = (results[(s, "08-x")][1] for s in ("ada", "bo", "cy"))
+    assert ada.flags == [] and ada.notes == [
+        "e3_check: handed in first (2026-11-20T10:00:00+00:00); the same work was handed in after it by bo"
+    ]
+    assert bo.flags == [
+        "e3_check: the same work as ada's, handed in earlier (2026-11-20T10:00:00+00:00; this one "
+        "2026-11-21T09:00:00+00:00)"
+    ]
+    assert cy.flags == [] and cy.notes == []
+
+
+def test_without_submission_times_every_one_handing_in_the_same_work_is_flagged():
+    from grading.batch import flag_copies
+
+    results = _results(("ada", "", ONE_RUN), ("bo", "2026-11-21T09:00:00+00:00", ONE_RUN))
+    flag_copies(results)
+    for student, other in (("ada", "bo"), ("bo", "ada")):
+        (flag,) = results[(student, "08-x")][1].flags
+        assert flag.startswith(f"e3_check: the same work as {other} (what it learned, within 0.001")
+        assert "no submission time tells who handed it in first" in flag
+
+
+def test_a_submission_time_is_read_from_nbgrader_s_timestamp(tmp_path):
+    from grading.batch import submission_time
+
+    (tmp_path / "timestamp.txt").write_text("2026-11-28 10:00:00.123456 UTC\n")
+    assert submission_time(tmp_path) == "2026-11-28T10:00:00.123456+00:00"
+    (tmp_path / "timestamp.txt").unlink()
+    (tmp_path / "timestamp.txt").symlink_to("/etc/hostname")
+    assert submission_time(tmp_path) == ""
+    assert submission_time(tmp_path / "missing") == ""
