@@ -69,7 +69,7 @@ c.Execute.interrupt_on_timeout = True
 # submission's code is exactly theirs: demonstrations no check depends on, such as lesson 08's training of the graded
 # run (handed in with the notebook and evaluated, not trained again) (grading/demonstrations.py).
 c.Autograde.autograde_preprocessors = [
-    "grading.demonstrations.SkipDemonstrations",
+    "grading.autograde.SkipDemonstrations",
     "grading.autograde.SandboxedExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
@@ -82,12 +82,12 @@ c.Autograde.autograde_preprocessors = [
 c.OverwriteCells.add_missing_cells = True
 # Before nbgrader compares a submission's cells with the gradebook: the cells' grading marks (grade, solution, locked,
 # points) are the course's, whatever the notebook's metadata says; an edited mark made nbgrader stop the whole
-# notebook ("Inconsistent checksums") (grading/marks.py). The rest is nbgrader's own list.
+# notebook ("Inconsistent checksums") (grading/marks.py, grading.autograde.RestoreGradingMarks). The rest is nbgrader's own list.
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
-    "grading.marks.RestoreGradingMarks",
+    "grading.autograde.RestoreGradingMarks",
     "nbgrader.preprocessors.OverwriteCells",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]

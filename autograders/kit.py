@@ -40,12 +40,14 @@ then `needs_hardware(...)` before the part that needs a GPU or a package. Where 
 instructor sees why the cell scored 0.
 
 Under grading a check also runs cases drawn from the grading seed (`drawn_cases`), so that an answer hard-coded to
-the public cases fails. The mode and the seed are read once, when the kit is imported.
+the public cases fails. The mode and the seed are a `Context`: the process's own, read from its environment when the
+kit is imported (a grading kernel, a rerun), or a `context(mode, seed)` block's (the judge, tests).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import json
@@ -60,20 +62,56 @@ from pathlib import Path
 from autograders import wire
 from memlab.hardware import unmet_requirements
 from memlab.i18n import translator
-from memlab.notebook import GRADING_ENV, LessonMessage, fill, unwritten_parts
+from memlab.notebook import LessonMessage, fill, unwritten_parts
+from memlab.protocol import GRADING_ENV, SEED_ENV
 
 #: the check kit's messages in the kernel's language (memlab.i18n.use; the judge uses the graded lesson's):
 #: translations/<language>/autograders.po, compiled into autograders/locale/. Case labels are not translated: the
 #: kernel records them and the judge replays them, so they must not depend on the language either side speaks.
 _ = translator("autograders", Path(__file__).resolve().parent / "locale")
 
-SEED_ENV = "COURSE_GRADING_SEED"
 TRANSCRIPT_MIME = "application/vnd.memlab.transcript+json"
 
 LEARNER, COLLECT, JUDGE, STRICT = "learner", "collect", "judge", "strict"
 
-_MODE = {"collect": COLLECT, "strict": STRICT}.get(os.environ.get(GRADING_ENV, "").lower(), LEARNER)
-_SEED = int(os.environ[SEED_ENV]) if _MODE != LEARNER and os.environ.get(SEED_ENV, "").isdigit() else None
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """Where a check runs: the mode (learner, collect, judge, strict) and the grading seed of the drawn cases (None
+    for a learner, whose checks run the public cases only)."""
+
+    mode: str = LEARNER
+    seed: int | None = None
+
+    @classmethod
+    def from_environment(cls, environ=None) -> Context:
+        """The context a process is started in: COURSE_GRADING (collect or strict; anything else is a learner) and,
+        under grading, COURSE_GRADING_SEED. The grading kernel and a rerun's process are started so."""
+        environ = os.environ if environ is None else environ
+        mode = {"collect": COLLECT, "strict": STRICT}.get(environ.get(GRADING_ENV, "").lower(), LEARNER)
+        seed = environ.get(SEED_ENV, "")
+        return cls(mode, int(seed) if mode != LEARNER and seed.isdigit() else None)
+
+
+#: the process's context, as it was started (read once, when the kit is imported); `context` changes it for a block
+_STARTED = Context.from_environment()
+_CONTEXT: contextvars.ContextVar[Context] = contextvars.ContextVar("autograders.kit.context")
+
+
+def current_context() -> Context:
+    """The context checks run in here: the innermost `context(...)` block's, else the process's own."""
+    return _CONTEXT.get(_STARTED)
+
+
+@contextlib.contextmanager
+def context(mode: str, seed: int | None = None):
+    """Run the checks of a block in `mode` with `seed` (the judge around its verdicts; tests): a context variable,
+    so nothing outside the block, and no other thread, sees it."""
+    token = _CONTEXT.set(Context(mode, seed))
+    try:
+        yield current_context()
+    finally:
+        _CONTEXT.reset(token)
 
 
 class CheckFailed(LessonMessage, AssertionError):
@@ -98,15 +136,16 @@ class TranscriptMismatch(Exception):
 
 def grading_seed() -> int | None:
     """The seed of the cases drawn at grading time (None for a learner)."""
-    return _SEED
+    return current_context().seed
 
 
 def grading_rng(check_name: str) -> random.Random | None:
     """Under grading, the random generator of the cases `check_name` draws on top of its public ones (its own
     stream of the grading seed); None for a learner, whose checks run the public cases only."""
-    if _SEED is None:
+    seed = current_context().seed
+    if seed is None:
         return None
-    return random.Random(f"{_SEED}/{check_name}")
+    return random.Random(f"{seed}/{check_name}")
 
 
 def drawn_cases(check_name: str, count: int, draw) -> list:
@@ -412,9 +451,10 @@ def check(name: str, points: float, *, rerun: bool = False):
 
         @functools.wraps(check_fn)
         def run(*args, **kwargs):
-            if _MODE == COLLECT:
+            mode = current_context().mode
+            if mode == COLLECT:
                 return _collect_and_show(declared, args, kwargs)
-            if _MODE == STRICT:
+            if mode == STRICT:
                 verdict = _strict(declared, args, kwargs)
             else:
                 verdict = _outcome(declared, _Run(LEARNER), args, kwargs)

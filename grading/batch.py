@@ -39,8 +39,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import os
-import secrets
 import shutil
 import signal
 import sys
@@ -50,7 +50,6 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from grading import isolation
-from grading.autograde import prepare_kit
 from grading.course import (
     ROOT,
     CourseError,
@@ -60,14 +59,15 @@ from grading.course import (
     lesson_dirs,
     load_config,
     prepare_course,
+    prepare_kit,
 )
 from grading.i18n import _
+from grading.settings import Settings, course_seed
 from grading.submission import declared_language, escaped
 from grading.types import Result, Task
 from memlab.i18n import ENGLISH
 
 FIXED_COLUMNS_END = ["total", "max", "needs_manual", "flags", "notes"]
-DEFAULT_MEMORY_GB = 8.0
 FIELD_CHARS = 4000  # a CSV field a submission's text can fill
 
 
@@ -432,7 +432,7 @@ def parse_args(argv):
     parser.add_argument(
         "--memory-limit",
         type=float,
-        default=DEFAULT_MEMORY_GB,
+        default=Settings.memory_gb,
         metavar="GB",
         help="memory of one submission's processes (default: %(default)s GiB)",
     )
@@ -468,11 +468,22 @@ def check_out(out: Path) -> Path:
     return out.resolve()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    out = check_out(args.out)
-    if args.merge:
-        return merge(args.merge, out)
+@dataclasses.dataclass
+class Plan:
+    """What a grading run was asked to do, checked: the command's mistakes are found here, before any work."""
+
+    args: argparse.Namespace
+    out: Path
+    submissions: Path
+    solutions: Path
+    lessons: list[str]
+    students: list[tuple[int, str]]  # (index among every student, folder name): this shard's
+    settings: Settings
+    shard: tuple[int, int] | None
+
+
+def plan(args: argparse.Namespace, out: Path) -> Plan:
+    """The run `args` ask for; a mistake in them ends it here (`fail`, exit status 2)."""
     if args.submissions is None:
         fail("give SUBMISSIONS_DIR (or --merge CSV ...)")
     submissions = args.submissions.resolve()
@@ -514,101 +525,111 @@ def main(argv: list[str] | None = None) -> int:
     problem = None if args.no_isolation else isolation.unavailable()
     if problem:
         fail(f"{problem}. Or pass --no-isolation (a submission could then read and change what you can)")
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-    timeout = args.timeout
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
         if any(args.keep.iterdir()):
             fail(f"--keep {args.keep}: the folder must be empty")
+    settings = Settings(
+        # the class's seed: the one given, else the course's own, kept with it (grading/settings.py)
+        seed=args.seed if args.seed is not None else course_seed(solutions.parent),
+        timeout=args.timeout if args.timeout is not None else load_config(ROOT).Execute.timeout,
+        memory_gb=args.memory_limit,
+        threads=kernel_threads(args.jobs),
+        isolate=not args.no_isolation,
+        run_demonstrations=args.run_demonstrations,
+    )
+    return Plan(args, out, submissions, solutions, lessons, indexed, settings, shard)
 
-    threads = kernel_threads(args.jobs)
+
+def prepare(plan: Plan, run: Path) -> tuple[dict[str, Path], dict[tuple[str, str], str], Settings]:
+    """The courses a run grades in, in `run`: each submission is graded against the edition it was made from
+    (English, or ko/solutions/ for one whose notebook says it is Korean), one nbgrader course per edition in use,
+    English first; ({language: course}, {(student, lesson): language}, the settings with the kit's copy)."""
+    sources = editions(plan.solutions)
+    chosen = {}
+    for _index, student in plan.students:
+        for slug in plan.lessons:
+            language = declared_language(plan.submissions / student / slug, slug)
+            has_lesson = language in sources and (sources[language] / slug).is_dir()
+            chosen[(student, slug)] = language if has_lesson else ENGLISH
+    courses = {}
+    for language in [ENGLISH, *sorted(set(chosen.values()) - {ENGLISH})]:
+        name = "course" if language == ENGLISH else f"course-{language}"
+        wanted = sorted({s for (_student, s), lang in chosen.items() if lang == language})
+        courses[language] = prepare_course(
+            run, sources[language], plan.lessons if language == ENGLISH else wanted, name
+        )
+    kit = prepare_kit(run / "kit")
+    return courses, chosen, dataclasses.replace(plan.settings, kit_dir=str(kit))
+
+
+def grade_all(plan: Plan, tasks: list[Task], cells: dict, chosen: dict, writer: CsvWriter, server) -> dict:
+    """Every task graded, `jobs` at a time, each row appended to the CSV and printed as it is known; the results."""
+    results = {}
+    with ThreadPoolExecutor(max_workers=plan.args.jobs) as pool:
+        futures = {pool.submit(run_worker, t, plan.args.notebook_timeout, server): t for t in tasks}
+        for future in as_completed(futures):
+            task = futures[future]
+            result = future.result()
+            edition = chosen[(task.student, task.lesson)]
+            result.notes = _student_notes(task.student, edition) + _edition_notes(edition) + result.notes
+            results[(task.student, task.lesson)] = (task, result)
+            row = make_row(task.student, task.lesson, cells[task.lesson], result)
+            writer.append(row)
+            flagged = " FLAGGED" if row["flags"] else ""
+            print(
+                f"  {csv_text(task.student, 40):<20} {task.lesson}: {row['total']}/{row['max']}{flagged} "
+                f"({result.seconds:.1f} s)",
+                file=sys.stderr,
+            )
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """grade.py: plan the run, prepare its courses, grade every submission, report (README: docs/teach.md)."""
+    args = parse_args(argv)
+    out = check_out(args.out)
+    if args.merge:
+        return merge(args.merge, out)
+    the_plan = plan(args, out)
+    lessons, settings = the_plan.lessons, the_plan.settings
+    shard = the_plan.shard
     print(
-        f"grading {len(indexed)} students x {len(lessons)} lessons, --jobs {args.jobs}"
+        f"grading {len(the_plan.students)} students x {len(lessons)} lessons, --jobs {args.jobs}"
         + (
             ""
             if any(v in os.environ for v in isolation.THREAD_VARIABLES)
-            else f" ({threads} torch threads each)"
+            else f" ({settings.threads} torch threads each)"
         )
-        + f", seed {seed}"
+        + f", seed {settings.seed}"
         + (f", shard {shard[0]}/{shard[1]}" if shard else ""),
         file=sys.stderr,
     )
-    server = worker_server([solutions / slug / f"{slug}.ipynb" for slug in lessons])
-
+    server = worker_server([the_plan.solutions / slug / f"{slug}.ipynb" for slug in lessons])
     with run_folder(args.keep) as run:
-        # each submission is graded against the edition it was made from (English, or ko/solutions/ for one whose
-        # notebook says it is Korean): one nbgrader course per edition in use, English first
-        sources = editions(solutions)
-        chosen = {}
-        for _index, student in indexed:
-            for slug in lessons:
-                language = declared_language(submissions / student / slug, slug)
-                has_lesson = language in sources and (sources[language] / slug).is_dir()
-                chosen[(student, slug)] = language if has_lesson else ENGLISH
-        courses = {}
         try:
-            for language in [ENGLISH, *sorted(set(chosen.values()) - {ENGLISH})]:
-                name = "course" if language == ENGLISH else f"course-{language}"
-                courses[language] = prepare_course(run, sources[language], lessons if language == ENGLISH else
-                                                   sorted({s for (_student, s), lang in chosen.items() if lang == language}),
-                                                   name)  # fmt: skip
+            courses, chosen, settings = prepare(the_plan, run)
         except CourseError as error:
             print(f"grade.py: error: {error}", file=sys.stderr)
             return 1
-        course = courses[ENGLISH]
-        kit = prepare_kit(run / "kit")
-        cells = {slug: graded_cells(course / "solutions" / slug) for slug in lessons}
-        if timeout is None:
-            timeout = load_config(course).Execute.timeout
+        cells = {slug: graded_cells(courses[ENGLISH] / "solutions" / slug) for slug in lessons}
         columns = ["student", "lesson"]
         for slug in lessons:
             columns += [g for g, _points, _manual in cells[slug] if g not in columns]
-        columns += FIXED_COLUMNS_END
-        writer = CsvWriter(out, columns)
+        writer = CsvWriter(out, columns + FIXED_COLUMNS_END)
         tasks = []
-        for index, student, slug in grading_order(indexed, lessons):
+        for index, student, slug in grading_order(the_plan.students, lessons):
             sid = student_id(index, student)
             work = run / "work" / f"{sid}-{slug}"
             work.mkdir(parents=True)
+            folder = the_plan.submissions / student / slug
+            language = chosen[(student, slug)]
             tasks.append(
-                Task(
-                    student=student,
-                    student_id=sid,
-                    lesson=slug,
-                    submission=str(submissions / student / slug),
-                    template=str(courses[chosen[(student, slug)]]),
-                    work_dir=str(work),
-                    kit_dir=str(kit),
-                    timeout=timeout,
-                    seed=seed,
-                    memory_gb=args.memory_limit,
-                    threads=threads,
-                    isolate=not args.no_isolation,
-                    run_demonstrations=args.run_demonstrations,
-                    language=chosen[(student, slug)],
-                    submitted_at=submission_time(submissions / student / slug),
-                )
-            )
-        results = {}
+                Task(student, sid, slug, str(folder), str(courses[language]), str(work), settings, language,
+                     submitted_at=submission_time(folder))
+            )  # fmt: skip
         try:
-            with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-                futures = {pool.submit(run_worker, t, args.notebook_timeout, server): t for t in tasks}
-                for future in as_completed(futures):
-                    task = futures[future]
-                    result = future.result()
-                    edition = chosen[(task.student, task.lesson)]
-                    result.notes = (
-                        _student_notes(task.student, edition) + _edition_notes(edition) + result.notes
-                    )
-                    results[(task.student, task.lesson)] = (task, result)
-                    row = make_row(task.student, task.lesson, cells[task.lesson], result)
-                    writer.append(row)
-                    flagged = " FLAGGED" if row["flags"] else ""
-                    print(
-                        f"  {csv_text(task.student, 40):<20} {task.lesson}: {row['total']}/{row['max']}{flagged} "
-                        f"({result.seconds:.1f} s)",
-                        file=sys.stderr,
-                    )
+            results = grade_all(the_plan, tasks, cells, chosen, writer, server)
         except KeyboardInterrupt:
             print("interrupted: the CSV holds the rows graded so far", file=sys.stderr)
             writer.finish(_order(lessons))

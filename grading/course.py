@@ -127,6 +127,35 @@ def editions(solutions: Path) -> dict[str, Path]:
     return found
 
 
+_KIT: dict[str, str] = {}
+
+
+def kit_copy(base: str = "") -> str:
+    """`base`, or a copy of memlab and autograders without the grading references made once per process: what a
+    sandboxed process may import."""
+    if base:
+        return base
+    if "dir" not in _KIT:
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="memlab-kit-"))
+        prepare_kit(folder)
+        _KIT["dir"] = str(folder)
+    return _KIT["dir"]
+
+
+def prepare_kit(folder: Path) -> Path:
+    """A copy of memlab and autograders in `folder`, without the grading references (autograders/references/)."""
+    import autograders
+    import memlab
+
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "references")
+    for package in (memlab, autograders):
+        source = Path(package.__file__).parent
+        shutil.copytree(source, folder / source.name, ignore=ignore, dirs_exist_ok=True)
+    return folder
+
+
 def copy_regular_files(src: Path, dest: Path) -> None:
     """Copy the regular files under `src` to `dest`: a symbolic link (a file or a folder) is never followed."""
     for root, dirs, files in os.walk(src, followlinks=False):

@@ -154,32 +154,3 @@ def unsafe_tags(nb) -> list[str]:
     _, kept = decide(nb, {c.source for c in tagged_cells.values() if c.cell_type == "code"})
     problems += [f"cell {index}: {why}" for index, why in sorted(kept.items())]
     return problems
-
-
-def _make_preprocessor():
-    from nbgrader.preprocessors import NbGraderPreprocessor
-
-    class SkipDemonstrations(NbGraderPreprocessor):
-        """Comment out the submission's cells that are exactly the lesson's cells tagged `skip-when-grading`."""
-
-        def preprocess(self, nb, resources):
-            from grading.autograde import GradingSettings, lesson_source
-
-            if GradingSettings(config=self.config).run_demonstrations:
-                return nb, resources
-            _, source = lesson_source(self.config, resources.get("nbgrader", {}))
-            skipped = skip(nb, source)
-            resources.setdefault("memlab_skipped_cells", skipped)
-            return nb, resources
-
-    return SkipDemonstrations
-
-
-def __getattr__(name: str):
-    """The preprocessor, built on first use (importing nbgrader is slow)."""
-    if name == "SkipDemonstrations":
-        cls = _make_preprocessor()
-        cls.__module__ = __name__
-        globals()[name] = cls
-        return cls
-    raise AttributeError(name)

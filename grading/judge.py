@@ -25,6 +25,7 @@ import json
 import sys
 
 from grading.i18n import _
+from grading.settings import Settings
 
 
 @dataclasses.dataclass
@@ -37,16 +38,14 @@ class CellRequest:
 
 @dataclasses.dataclass
 class JudgeRequest:
-    seed: int
+    seed: int  # this student's seed of the drawn cases (memlab.protocol.student_seed)
     cells: list[CellRequest]
+    #: how the notebook is graded (its kit_dir: the kit copy a rerun's sandbox imports, "" with isolation off)
+    settings: Settings = dataclasses.field(default_factory=Settings)
     #: [code, is the lesson's own cell] for the notebook's code cells, in order: what a rerun loads (grading/rerun.py)
     definitions: list[list] = dataclasses.field(default_factory=list)
     workdir: str = ""
     source_dir: str = ""  # the lesson's source folder: where a check module that is not in the kit lives
-    kit_dir: str = ""  # the kit copy a rerun's sandbox imports ("" with isolation off)
-    memory_gb: float = 8.0
-    threads: int = 0
-    isolate: bool = True
     #: the lesson's language (its source notebook's metadata): the language of the verdicts' messages
     language: str = "en"
     #: {name: source} of the modules handed in next to the notebook, which a rerun may import (grading/rerun.py)
@@ -57,7 +56,13 @@ class JudgeRequest:
 
     @classmethod
     def from_data(cls, data: dict) -> JudgeRequest:
-        return cls(**{**data, "cells": [CellRequest(**c) for c in data["cells"]]})
+        return cls(
+            **{
+                **data,
+                "cells": [CellRequest(**c) for c in data["cells"]],
+                "settings": Settings.from_data(data.get("settings", {})),
+            }
+        )
 
 
 @dataclasses.dataclass
@@ -241,31 +246,30 @@ def judge_all(request: JudgeRequest) -> JudgeReply:
     from autograders import kit
     from memlab import i18n
 
-    kit._SEED = request.seed  # the drawn cases of this student (the kit is the course's own, in this process)
     language = request.language if request.language in i18n.LANGUAGES else i18n.ENGLISH
     if language != i18n.language():  # the verdicts' messages in the lesson's language
         i18n.use(language)
     verdicts = []
-    for cell in request.cells:
-        try:
-            verdicts.append(judge_cell(cell, request))
-        except (
-            Exception
-        ) as error:  # a bug of the grader: the cell loses nothing it can be blamed for silently
-            text = _("the judge itself failed on this cell ({error})").format(
-                error=f"{type(error).__name__}: {error}"
-            )[:500]
-            verdicts.append(CellVerdict(cell.grade_id, False, text, ename="GraderError"))
+    with kit.context(kit.JUDGE, request.seed):  # the drawn cases of this student
+        for cell in request.cells:
+            try:
+                verdicts.append(judge_cell(cell, request))
+            except (
+                Exception
+            ) as error:  # a bug of the grader: the cell loses nothing it can be blamed for silently
+                text = _("the judge itself failed on this cell ({error})").format(
+                    error=f"{type(error).__name__}: {error}"
+                )[:500]
+                verdicts.append(CellVerdict(cell.grade_id, False, text, ename="GraderError"))
     return JudgeReply(verdicts)
 
 
 def use_judge_environment() -> None:
-    """What the judge runs under, set before it imports the kit: the kit's plain mode (an empty COURSE_GRADING; the
-    kit reads it when it is imported) and Hugging Face offline (judging fetches nothing). A judge process sets it in
-    `main`; a grade.py worker, in which the judge runs, when it starts (grading/worker.py)."""
+    """What the judge runs under: Hugging Face offline (judging fetches nothing). A judge process sets it in `main`;
+    a grade.py worker, in which the judge runs, when it starts (grading/worker.py). The kit's mode and seed are the
+    judge's own `kit.context`, whatever the environment says."""
     import os
 
-    os.environ["COURSE_GRADING"] = ""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 

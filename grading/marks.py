@@ -3,7 +3,7 @@
 A learner can edit a cell's nbgrader metadata in JupyterLab: turn a check cell's `grade` off, mark a solution cell as
 graded with points, unlock a cell. nbgrader's OverwriteCells then recomputes the cell's checksum from the edited marks,
 finds it differs from the gradebook's, and stops the whole notebook ("Inconsistent checksums"): every exercise lost.
-The marks are the course's, not the learner's: `RestoreGradingMarks`, a sanitizing preprocessor that runs before
+The marks are the course's, not the learner's: grading.autograde.RestoreGradingMarks, a sanitizing preprocessor that runs before
 OverwriteCells (nbgrader_config.py), writes them back from the gradebook for every cell whose grade id the lesson
 has, and drops the marks of a cell whose grade id it does not have (as scripts/grade.py does before nbgrader runs).
 `changed_marks` says, for the notes, which cells a submission had marked otherwise.
@@ -11,16 +11,13 @@ has, and drops the marks of a cell whose grade id it does not have (as scripts/g
 
 from __future__ import annotations
 
-from nbgrader.api import Gradebook, MissingEntry
-from nbgrader.preprocessors import NbGraderPreprocessor
-
 from grading.i18n import _
 
 #: the marks that decide how a cell is graded (nbgrader's checksum covers the first three and the grade id)
 MARKS = ("grade", "solution", "locked", "task", "points")
 
 
-def course_marks(gradebook: Gradebook, notebook: str, assignment: str) -> dict[str, dict]:
+def course_marks(gradebook, notebook: str, assignment: str) -> dict[str, dict]:
     """{grade id: the nbgrader metadata the course gives that cell} for one notebook of a lesson."""
     source = gradebook.find_notebook(notebook, assignment)
     graded = {cell.name: cell.max_score for cell in source.grade_cells}
@@ -74,28 +71,6 @@ def _graded(meta: dict) -> bool:
 def _mark(meta: dict, name: str):
     value = meta.get(name)
     return float(value or 0) if name == "points" else bool(value)
-
-
-class RestoreGradingMarks(NbGraderPreprocessor):
-    """Every cell's grading marks as the course's gradebook has them (see the module's docstring)."""
-
-    def preprocess(self, nb, resources):
-        info = resources["nbgrader"]
-        with Gradebook(info["db_url"]) as gradebook:
-            try:
-                marks = course_marks(gradebook, info["notebook"], info["assignment"])
-            except MissingEntry:
-                return nb, resources  # not a notebook of the course: nbgrader skips it
-        for cell in nb.cells:
-            meta = cell.get("metadata", {}).get("nbgrader")
-            if meta is None:
-                continue
-            gid = meta.get("grade_id")
-            if gid in marks:
-                cell.metadata["nbgrader"] = dict(marks[gid])
-            else:  # marks without a grade id of the lesson: an ordinary cell (nbgrader would stop at it)
-                del cell.metadata["nbgrader"]
-        return nb, resources
 
 
 def marks_note(changed: list[str]) -> str:

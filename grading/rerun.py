@@ -239,16 +239,18 @@ def copy_check_module(module: str, source_dir: str, into: str) -> None:
 def _rerun(argv: list[str], workdir: str, checks: str, payload: str, request) -> tuple[list, str]:
     from grading import isolation
     from grading.submission import escaped
+    from memlab.protocol import grading_environment
 
-    env = {"COURSE_GRADING": "collect", "COURSE_GRADING_SEED": str(request.seed)}
-    python_path = f"{checks}:{request.kit_dir}:{os.path.dirname(_grading_dir())}"
-    if request.isolate:
+    env = dict(grading_environment(request.seed))
+    settings = request.settings
+    python_path = f"{checks}:{settings.kit_dir}:{os.path.dirname(_grading_dir())}"
+    if settings.isolate:
         sandbox = isolation.Sandbox(
-            kit_dir=request.kit_dir,
+            kit_dir=settings.kit_dir,
             workdir=workdir,
             readable=(checks, _grading_dir()),
-            limits=isolation.Limits(memory_bytes=int(request.memory_gb * 2**30)),
-            threads=request.threads or None,
+            limits=settings.limits(),
+            threads=settings.threads or None,
             environment=tuple(env.items()),
         )
         sandbox.hand_over()

@@ -6,6 +6,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+from grading.settings import Settings
+
 
 @dataclasses.dataclass
 class Task:
@@ -17,13 +19,7 @@ class Task:
     submission: str  # the student's lesson folder
     template: str  # the prepared nbgrader course (sources and gradebook)
     work_dir: str  # this task's private folder
-    kit_dir: str  # the kit copy the sandboxes import
-    timeout: float  # seconds per cell
-    seed: int  # the class's grading seed (each student's own is derived from it)
-    memory_gb: float
-    threads: int
-    isolate: bool
-    run_demonstrations: bool = False  # run the cells a lesson tags skip-when-grading too
+    settings: Settings  # how it is graded: the class's seed, limits, the kit copy (kit_dir), ...
     language: str = "en"  # the edition graded against: the language of the row's notes (grading/i18n.py)
     #: when the student handed the lesson in (nbgrader's timestamp.txt in its folder, UTC, ISO 8601); "" if unknown
     submitted_at: str = ""
@@ -37,7 +33,8 @@ class Task:
 
     @classmethod
     def load(cls, path: Path) -> Task:
-        return cls(**json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        return cls(**{**data, "settings": Settings.from_data(data["settings"])})
 
 
 @dataclasses.dataclass

@@ -33,6 +33,7 @@ too.)
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import shutil
 import sys
@@ -174,19 +175,8 @@ def grade(task: Task) -> Result:
     result.notes += copy_lesson_folder(Path(task.submission), submitted, f"{slug}.ipynb")
     nbformat.write(nb, submitted / f"{slug}.ipynb")
 
-    api = nbgrader_api(
-        course,
-        **{
-            "Execute.timeout": int(task.timeout),
-            "GradingSettings.seed": task.seed,
-            "GradingSettings.memory_gb": task.memory_gb,
-            "GradingSettings.threads": task.threads,
-            "GradingSettings.isolate": task.isolate,
-            "GradingSettings.run_demonstrations": task.run_demonstrations,
-            "GradingSettings.kit_dir": task.kit_dir,
-            "GradingSettings.judge_in_process": True,
-        },
-    )
+    # the judge in this process: it grades one notebook and ends
+    api = nbgrader_api(course, **dataclasses.replace(task.settings, judge_in_process=True).as_config())
     outcome = api.autograde(slug, student, force=True, create=True)
     result.seconds = time.perf_counter() - start
     if not outcome["success"]:

@@ -31,11 +31,11 @@ import textwrap
 import unicodedata
 from pathlib import Path
 
+from memlab import protocol
 from memlab.i18n import _
 
 RED, RESET = "\x1b[0;31m", "\x1b[0m"
 WIDTH = 110  # the width the lessons' prose is wrapped at
-GRADING_ENV = "COURSE_GRADING"  # set in a grading kernel (autograders.kit reads the mode from it)
 MODEL_OUTPUTS = (
     "model_solution_outputs.json"  # in a lesson's folder: {"cells": {cell_key(source): [outputs]}}
 )
@@ -216,7 +216,7 @@ def needs(*names: str, exercise: str) -> None:
     if not missing:
         return
     shown = []
-    if not os.environ.get(GRADING_ENV):  # a graded notebook gets no recorded outputs
+    if not os.environ.get(protocol.GRADING_ENV):  # a graded notebook gets no recorded outputs
         shown = recorded_outputs(_running_cell_source())
         if shown:
             show_recorded(shown, exercise)

@@ -35,20 +35,26 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
 @pytest.fixture
-def learner_mode(monkeypatch):
-    """A learner's notebook: a check whose hardware is missing prints NOT CHECKED HERE, no cases are drawn."""
-    monkeypatch.delenv(kit.GRADING_ENV, raising=False)
-    monkeypatch.setattr(kit, "_MODE", kit.LEARNER)
-    monkeypatch.setattr(kit, "_SEED", None)
+def kit_context():
+    """`kit_context(mode, seed)` runs the rest of the test in that kit context (autograders.kit.context); a later call
+    replaces it; the test's end leaves it."""
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        yield lambda mode, seed=None: stack.enter_context(kit.context(mode, seed))
 
 
 @pytest.fixture
-def strict_mode(monkeypatch):
-    """scripts/grade.py's kernel: a check whose hardware is missing raises NotGradedHere; cases are drawn from a
-    grading seed. The kit reads both once, at import, so the fixture sets what the import would have read."""
-    monkeypatch.setenv(kit.GRADING_ENV, "strict")
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+def learner_mode(kit_context):
+    """A learner's notebook: a check whose hardware is missing prints NOT CHECKED HERE, no cases are drawn."""
+    kit_context(kit.LEARNER)
+
+
+@pytest.fixture
+def strict_mode(kit_context):
+    """scripts/grade.py's kernel and judge in one process: a check whose hardware is missing raises NotGradedHere;
+    cases are drawn from a grading seed."""
+    kit_context(kit.STRICT, 20261123)
 
 
 @pytest.fixture

@@ -297,7 +297,7 @@ def test_e2_without_the_min_8bit_size_keyword_fails_with_the_error():
         check_adamw8bit_state_bytes(lambda shapes: adamw8bit_state_bytes(shapes))
 
 
-def test_e2_without_bitsandbytes_says_not_checked_here(monkeypatch, capsys):
+def test_e2_without_bitsandbytes_says_not_checked_here(kit_context, monkeypatch, capsys):
     """What runs without bitsandbytes (written, returns an int) runs; then a NOT CHECKED HERE line, no ✓ line."""
     unmet = ("the package bitsandbytes", "bitsandbytes not importable")
     monkeypatch.setattr(kit, "unmet_requirements", lambda *args: unmet)
@@ -311,7 +311,7 @@ def test_e2_without_bitsandbytes_says_not_checked_here(monkeypatch, capsys):
     with pytest.raises(CheckFailed, match="the byte count should be an int; got a float"):
         check_adamw8bit_state_bytes(lambda shapes, min_8bit_size=4096: 1.5)
 
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    kit_context(kit.STRICT)
     with pytest.raises(NotGradedHere, match="needs the package bitsandbytes"):
         check_adamw8bit_state_bytes(adamw8bit_state_bytes)
 

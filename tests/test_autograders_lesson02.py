@@ -627,10 +627,9 @@ def test_graded_the_reference_solution_passes_the_public_and_drawn_cases(
 
 
 @pytest.mark.parametrize(("check_fn", "answer"), WRONG, ids=[_wrong_id(c) for c in WRONG])
-def test_graded_a_wrong_answer_fails_with_the_learners_message(check_fn, answer, monkeypatch):
+def test_graded_a_wrong_answer_fails_with_the_learners_message(kit_context, check_fn, answer, monkeypatch):
     learner_message = failure(check_fn, answer)
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.STRICT, 20261123)
     assert failure(check_fn, answer) == learner_message
 
 

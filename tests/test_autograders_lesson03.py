@@ -1291,19 +1291,21 @@ def _ids(value):
     ],
     ids=["e1", "e2", "e3", "e4-on-cpu"],
 )
-def test_when_graded_the_reference_solution_passes(check_fn, solution, strict_mode, monkeypatch, capsys):
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)  # after the module's learner_mode
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+def test_when_graded_the_reference_solution_passes(
+    kit_context, check_fn, solution, strict_mode, monkeypatch, capsys
+):
+    kit_context(kit.STRICT, 20261123)  # after the module's learner_mode
     assert check_fn(solution) is None
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith(f"✓ {check_fn.check_name}: ")
 
 
 @pytest.mark.parametrize(("check_fn", "wrong"), WRONG_ANSWERS, ids=_ids)
-def test_when_graded_a_wrong_answer_fails_with_the_learners_message(check_fn, wrong, no_gpu, monkeypatch):
+def test_when_graded_a_wrong_answer_fails_with_the_learners_message(
+    kit_context, check_fn, wrong, no_gpu, monkeypatch
+):
     in_the_notebook = failure(check_fn, wrong)
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.STRICT, 20261123)
     assert failure(check_fn, wrong) == in_the_notebook
 
 
@@ -1359,10 +1361,12 @@ def _case_names(check_fn) -> list[str]:
     ],
     ids=["e1", "e2", "e3", "e4-on-cpu"],
 )
-def test_the_grading_kernel_only_collects_and_the_judge_decides(check_fn, solution, n_cases, monkeypatch):
+def test_the_grading_kernel_only_collects_and_the_judge_decides(
+    kit_context, check_fn, solution, n_cases, monkeypatch
+):
     """Collect mode computes no expected value (references, stored answers, torch's GradScaler run, the expected
     loss all fail here) and still records every case; the judge, given only that record, passes it."""
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.current_context().mode, 20261123)
     names = _case_names(check_fn)
     assert len(names) == n_cases
     with monkeypatch.context() as patched:

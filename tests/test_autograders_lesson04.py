@@ -423,14 +423,14 @@ GRADING_SEED = 20261123
 def test_right_answers_pass_when_graded(check_fn, answer, line, strict_mode, capsys):
     """(e2's right answer is graded the same way, collected then judged with the seed's drawn cases, by
     test_the_grading_kernel_computes_no_expected_value[e2] below and tests/test_drawn_cases.py: a few minutes each.)"""
-    assert (kit._MODE, kit._SEED) == (kit.STRICT, GRADING_SEED)
+    assert kit.current_context() == kit.Context(kit.STRICT, GRADING_SEED)
     assert check_fn(answer) is None
     assert capsys.readouterr().out.splitlines() == [line]
 
 
-def test_e2_a_learner_who_vandalises_its_copy_passes_when_graded(monkeypatch, capsys):
+def test_e2_a_learner_who_vandalises_its_copy_passes_when_graded(kit_context, monkeypatch, capsys):
     """Collected and judged (the public cases only, to keep it short): the judge measures its own blocks."""
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    kit_context(kit.STRICT)
     assert check_plan_checkpointing(vandal) is None
     assert capsys.readouterr().out.splitlines() == ["✓ e2_plan_checkpointing: 8 cases passed"]
 
@@ -504,11 +504,12 @@ WRONG = [
     WRONG,
     ids=[f"{i}-{c[0].check_name}" for i, c in enumerate(WRONG)],
 )
-def test_wrong_answers_fail_the_same_way_when_graded(check_fn, answer, words, seed, monkeypatch, no_gpu):
+def test_wrong_answers_fail_the_same_way_when_graded(
+    kit_context, check_fn, answer, words, seed, monkeypatch, no_gpu
+):
     told = failure(check_fn, answer)  # a learner's notebook
     assert words in told
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", seed)
+    kit_context(kit.STRICT, seed)
     assert failure(check_fn, answer) == told  # collected, then judged: the same case fails, the same words
 
 

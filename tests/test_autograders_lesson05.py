@@ -399,12 +399,11 @@ def test_e2_a_detached_loss_fails():
     ids=["e1", "e2"],
 )
 def test_strict_grading_draws_more_cases_and_the_right_answer_passes_them(
-    check_fn, answer, public, capsys, monkeypatch
+    kit_context, check_fn, answer, public, capsys, monkeypatch
 ):
     import autograders.kit as kit
 
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.STRICT, 20261123)
     assert check_fn(answer) is None
     count = int(capsys.readouterr().out.split(": ")[1].split()[0])
     assert count > public
@@ -610,21 +609,20 @@ STRICT_WRONG = [
 ]
 
 
-def _grade_strictly(monkeypatch):
+def _grade_strictly(kit_context, monkeypatch):
     import autograders.kit as kit
 
     monkeypatch.setenv(kit.GRADING_ENV, "strict")
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.STRICT, 20261123)
 
 
 @pytest.mark.parametrize(
     ("check_fn", "answer", "public"), STRICT_RIGHT, ids=lambda v: getattr(v, "check_name", None)
 )
 def test_strict_mode_collects_then_judges_the_right_answer_as_passed(
-    check_fn, answer, public, monkeypatch, capsys
+    kit_context, check_fn, answer, public, monkeypatch, capsys
 ):
-    _grade_strictly(monkeypatch)
+    _grade_strictly(kit_context, monkeypatch)
     assert check_fn(answer) is None
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith(f"✓ {check_fn.check_name}: ")
@@ -639,22 +637,24 @@ def test_strict_mode_collects_then_judges_the_right_answer_as_passed(
     ],
 )
 def test_strict_mode_fails_a_wrong_answer_with_the_learner_mode_message(
-    check_fn, answer, needle, monkeypatch
+    kit_context, check_fn, answer, needle, monkeypatch
 ):
     in_notebook = failure(check_fn, answer)
     assert needle in in_notebook
-    _grade_strictly(monkeypatch)
+    _grade_strictly(kit_context, monkeypatch)
     assert failure(check_fn, answer) == in_notebook
 
 
 @pytest.mark.parametrize(("check_fn", "answer", "public"), STRICT_RIGHT, ids=["e1", "e2", "e3"])
-def test_the_grading_kernel_never_computes_an_expected_value(check_fn, answer, public, monkeypatch):
+def test_the_grading_kernel_never_computes_an_expected_value(
+    kit_context, check_fn, answer, public, monkeypatch
+):
     """Collect mode (the grading kernel) runs only learner steps: every reference of the lesson raises there, and the
     record it leaves is still complete (the judge, with the references back, passes it on every case)."""
     import autograders.kit as kit
     import autograders.lesson05 as lesson05
 
-    _grade_strictly(monkeypatch)
+    _grade_strictly(kit_context, monkeypatch)
     computed = []
 
     def refuse(name):

@@ -360,13 +360,12 @@ def test_e2_no_spread_fails(no_gpu):
 # ---- e3: largest_micro_batch ----------------------------------------------------------------------------------
 
 
-def test_e3_under_strict_grading_the_cpu_stage_adds_drawn_cases(monkeypatch, capsys):
+def test_e3_under_strict_grading_the_cpu_stage_adds_drawn_cases(kit_context, monkeypatch, capsys):
     """Where a GPU grades e3, its CPU stage has run drawn sizes first (here the GPU stage is switched off)."""
     import autograders.kit as kit
     import autograders.lesson06 as l06
 
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 5)
+    kit_context(kit.STRICT, 5)
     monkeypatch.setattr(l06, "needs_hardware", lambda **kwargs: None)
     monkeypatch.setattr(l06, "run_cuda_oom_case", lambda fn: None)
     assert check_largest_micro_batch(largest_micro_batch) is None
@@ -606,11 +605,12 @@ def test_right_answers_pass_when_collected_then_judged(
     ],
     ids=["e1", "e2", "e3", "e4", "e5-stub", "e5-undefined"],
 )
-def test_wrong_answers_fail_when_judged_as_a_learner_is_told(check_fn, answer, words, no_gpu, monkeypatch):
+def test_wrong_answers_fail_when_judged_as_a_learner_is_told(
+    kit_context, check_fn, answer, words, no_gpu, monkeypatch
+):
     """Each wrong answer fails on a public case, before the GPU stages: the judge says what the notebook says."""
     told = _message(check_fn, answer)
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.STRICT, 20261123)
     judged = _message(check_fn, answer)
     assert judged == told and words in judged
 
@@ -652,10 +652,9 @@ def test_e4_a_trainer_that_is_not_checkpointed_fails_in_the_judge(strict_mode):
     ],
     ids=["returned", "another-error"],
 )
-def test_e4_the_unknown_set_up_is_judged_by_what_was_raised(answer, words, no_gpu, monkeypatch):
+def test_e4_the_unknown_set_up_is_judged_by_what_was_raised(kit_context, answer, words, no_gpu, monkeypatch):
     told = _message(check_trade_off_args, answer)
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.STRICT, 20261123)
     assert _message(check_trade_off_args, answer) == told
     assert told.startswith(words)
 
@@ -824,7 +823,7 @@ def test_e3_the_gpu_stage_is_collected_then_judged(strict_mode, monkeypatch, cap
     assert capsys.readouterr().out.splitlines() == ["✓ e3_largest_micro_batch: 9 cases passed"]
 
 
-def test_e3_an_out_of_memory_error_kept_alive_fails_in_the_judge_as_in_the_notebook(monkeypatch):
+def test_e3_an_out_of_memory_error_kept_alive_fails_in_the_judge_as_in_the_notebook(kit_context, monkeypatch):
     memory = FakeGpuMemory()
     memory.install(monkeypatch)
     kept = []
@@ -843,8 +842,7 @@ def test_e3_an_out_of_memory_error_kept_alive_fails_in_the_judge_as_in_the_noteb
 
     told = _message(check_largest_micro_batch, keeps_the_error)
     kept.clear()
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.STRICT, 20261123)
     judged = _message(check_largest_micro_batch, keeps_the_error)
     kept.clear()
     assert judged == told
@@ -930,15 +928,14 @@ def test_e5_expects_the_peak_of_the_process_it_measures(strict_mode, monkeypatch
     assert f"(the peak of train() only) = {FAKE_PEAK + earlier_cells:,}" in told
 
 
-def test_e5_a_peak_from_before_train_fails_in_the_judge_as_in_the_notebook(monkeypatch):
+def test_e5_a_peak_from_before_train_fails_in_the_judge_as_in_the_notebook(kit_context, monkeypatch):
     _fake_gpu_trainer(monkeypatch)
 
     def with_the_old_peak(trainer, warmup=3):
         return measure_on_host(trainer, warmup, extra_peak=2 * 1024**3)
 
     told = _message(check_measure_trainer, with_the_old_peak)
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.STRICT, 20261123)
     assert _message(check_measure_trainer, with_the_old_peak) == told
     assert 'expected "peak_bytes" (the peak of train() only) = 3,221,225,472' in told
 

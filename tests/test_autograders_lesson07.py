@@ -150,11 +150,10 @@ def test_the_learner_stubs_fail_as_not_written_yet(run):
         run()
 
 
-def test_e1_under_strict_grading_draws_three_tensors_per_format(monkeypatch, capsys):
+def test_e1_under_strict_grading_draws_three_tensors_per_format(kit_context, monkeypatch, capsys):
     import autograders.kit as kit
 
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 11)
+    kit_context(kit.STRICT, 11)
     assert check_quantize_fp8(quantize_fp8, dequantize_fp8) is None
     assert capsys.readouterr().out.strip() == "✓ e1_quantize_fp8: 22 cases passed"
 
@@ -436,7 +435,7 @@ RIGHT_UNDER_GRADING = [
 
 @pytest.mark.parametrize(("run", "cases"), RIGHT_UNDER_GRADING)
 def test_right_answers_pass_when_graded(run, cases, strict_mode, capsys):
-    assert kit._MODE == kit.STRICT
+    assert kit.current_context().mode == kit.STRICT
     assert run() is None
     assert capsys.readouterr().out.splitlines()[-1].endswith(f": {cases} cases passed")
 
@@ -463,8 +462,8 @@ fp8_gpu = pytest.mark.skipif(
 @pytest.mark.parametrize(
     "answer", [fp8_matmul, ref.fp8_matmul, _in_place_matmul], ids=["e4", "e4-reference", "e4-in-place"]
 )
-def test_e4_passes_on_an_fp8_gpu(answer, mode, monkeypatch, capsys):
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT if mode == "strict" else kit.LEARNER)
+def test_e4_passes_on_an_fp8_gpu(kit_context, answer, mode, monkeypatch, capsys):
+    kit_context(kit.STRICT if mode == "strict" else kit.LEARNER)
     n = 2 if cpu_scaled_mm_works() else 0
     assert check_fp8_matmul(answer) is None
     assert capsys.readouterr().out.splitlines()[-1] == f"✓ e4_fp8_matmul: {n + 3} cases passed"
@@ -472,8 +471,8 @@ def test_e4_passes_on_an_fp8_gpu(answer, mode, monkeypatch, capsys):
 
 @fp8_gpu
 @pytest.mark.parametrize("mode", ["learner", "strict"])
-def test_e4_a_bf16_matmul_fails_on_an_fp8_gpu(mode, monkeypatch):
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT if mode == "strict" else kit.LEARNER)
+def test_e4_a_bf16_matmul_fails_on_an_fp8_gpu(kit_context, mode, monkeypatch):
+    kit_context(kit.STRICT if mode == "strict" else kit.LEARNER)
     # right on the CPU (its stage passes), a bf16 matmul on the GPU
     message = failure(check_fp8_matmul, lambda a, b: a @ b if a.is_cuda else fp8_matmul(a, b))
     assert "(cuda): the product should run as one FP8 GEMM, torch._scaled_mm; it was not called." in message
@@ -506,11 +505,10 @@ WRONG = [
 
 
 @pytest.mark.parametrize("run", WRONG)
-def test_wrong_answers_fail_when_graded_with_the_learners_message(run, monkeypatch, no_gpu):
+def test_wrong_answers_fail_when_graded_with_the_learners_message(kit_context, run, monkeypatch, no_gpu):
     with pytest.raises(CheckFailed) as learner_failure:
         run()
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.STRICT, 20261123)
     with pytest.raises(CheckFailed) as graded_failure:
         run()
     assert str(graded_failure.value) == str(learner_failure.value)

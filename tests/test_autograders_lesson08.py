@@ -547,11 +547,10 @@ def test_e5_a_result_without_a_peak_fails(no_gpu):
     ids=["e1", "e2", "e4"],
 )
 def test_graded_a_right_answer_passes_and_wrong_ones_fail_as_a_learner_sees(
-    check_fn, right, count, wrongs, monkeypatch, capsys
+    kit_context, check_fn, right, count, wrongs, monkeypatch, capsys
 ):
     seen = [failure(check_fn, wrong) for wrong in wrongs]  # learner mode: public cases only
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.STRICT, 20261123)
     assert check_fn(right) is None
     assert f"✓ {check_fn.check_name}: {count} cases passed" in capsys.readouterr().out
     for wrong, message in zip(wrongs, seen):
@@ -559,11 +558,10 @@ def test_graded_a_right_answer_passes_and_wrong_ones_fail_as_a_learner_sees(
 
 
 @pytest.mark.slow  # a 7B plan simulated and an adapter evaluated in a judge: the full tier
-def test_graded_e5_runs_its_cpu_stage_then_needs_a_gpu(no_gpu, monkeypatch):
+def test_graded_e5_runs_its_cpu_stage_then_needs_a_gpu(kit_context, no_gpu, monkeypatch):
     wrong = lambda *a, **k: {"step_time_s": 1.0}  # noqa: E731
     seen = failure(check_measure_lora_step, wrong)
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.STRICT, 20261123)
     assert (
         check_measure_lora_step.check.rerun
     )  # it measures: under grading, collected again in a fresh process
@@ -578,12 +576,11 @@ def test_graded_e5_runs_its_cpu_stage_then_needs_a_gpu(no_gpu, monkeypatch):
     ids=["accuracy", "trainable", "peak", "rising-curve", "rank"],
 )
 def test_graded_e3_a_run_that_does_not_match_what_it_reports_fails_as_a_learner_sees(
-    good_run, tmp_path, monkeypatch, edit, expected
+    kit_context, good_run, tmp_path, monkeypatch, edit, expected
 ):
     seen = _check_fails(_handed_in(good_run, tmp_path / "learner", edit))
     assert expected in seen
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.STRICT, 20261123)
     graded = _check_fails(_handed_in(good_run, tmp_path / "graded", edit))
     assert graded == seen.replace(str(tmp_path / "learner"), str(tmp_path / "graded"))
 

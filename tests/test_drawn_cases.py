@@ -112,13 +112,13 @@ def _count(line: str) -> int:
 
 
 @pytest.mark.parametrize("check_fn, answer", CHECKS, ids=lambda v: getattr(v, "check_name", ""))
-def test_a_right_answer_passes_the_drawn_cases_too(check_fn, answer, monkeypatch, no_gpu, capsys):
-    monkeypatch.setattr(kit, "_MODE", kit.LEARNER)
-    monkeypatch.setattr(kit, "_SEED", None)
+def test_a_right_answer_passes_the_drawn_cases_too(
+    kit_context, check_fn, answer, monkeypatch, no_gpu, capsys
+):
+    kit_context(kit.LEARNER)
     check_fn(answer)
     public = _count(capsys.readouterr().out)
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 20261123)
+    kit_context(kit.STRICT, 20261123)
     assert check_fn(answer) is None
     assert _count(capsys.readouterr().out) > public
 
@@ -129,32 +129,28 @@ def test_a_right_answer_passes_the_drawn_cases_too(check_fn, answer, monkeypatch
     ids=lambda v: getattr(v, "check_name", ""),
 )
 def test_an_answer_hard_coded_to_the_public_cases_scores_nothing_when_graded(
-    check_fn, answer, monkeypatch, no_gpu, capsys
+    kit_context, check_fn, answer, monkeypatch, no_gpu, capsys
 ):
-    monkeypatch.setattr(kit, "_MODE", kit.LEARNER)
-    monkeypatch.setattr(kit, "_SEED", None)
+    kit_context(kit.LEARNER)
     cheat = hard_coded(check_fn, answer)
     assert check_fn(cheat) is None  # a learner's own check cannot tell
     capsys.readouterr()
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 7)
+    kit_context(kit.STRICT, 7)
     with pytest.raises(CheckFailed, match="drawn at grading time"):
         check_fn(cheat)
 
 
-def test_draws_depend_on_the_seed_and_the_check_and_nothing_else(monkeypatch):
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
-    monkeypatch.setattr(kit, "_SEED", 1)
+def test_draws_depend_on_the_seed_and_the_check_and_nothing_else(kit_context, monkeypatch):
+    kit_context(kit.STRICT, 1)
     first = kit.grading_rng("e4_ulp").random()
     assert kit.grading_rng("e4_ulp").random() == first  # reproducible: --jobs and shards grade alike
     assert kit.grading_rng("e1_decode").random() != first  # every check has its own stream
-    monkeypatch.setattr(kit, "_SEED", 2)
+    kit_context(kit.current_context().mode, 2)
     assert kit.grading_rng("e4_ulp").random() != first  # another seed, other cases
 
 
-def test_no_cases_are_drawn_for_a_learner(monkeypatch):
-    monkeypatch.setattr(kit, "_MODE", kit.LEARNER)
-    monkeypatch.setattr(kit, "_SEED", None)
+def test_no_cases_are_drawn_for_a_learner(kit_context, monkeypatch):
+    kit_context(kit.LEARNER)
     assert kit.grading_rng("e4_ulp") is None
 
 

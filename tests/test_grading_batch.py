@@ -139,11 +139,12 @@ def test_rows_are_written_as_they_are_graded(class_folder, tmp_path):
 
 def _results(*students):
     """{(student, lesson): (task, result)} for (name, submitted_at, signature) triples."""
+    from grading.settings import Settings
     from grading.types import Result, Task
 
     out = {}
     for name, submitted, vector in students:
-        task = Task(name, name, "08-x", "", "", "", "", 1, 1, 1, 1, True, submitted_at=submitted)
+        task = Task(name, name, "08-x", "", "", "", Settings(), submitted_at=submitted)
         out[(name, "08-x")] = (task, Result(signatures={"e3_check": vector}))
     return out
 

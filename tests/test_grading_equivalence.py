@@ -191,7 +191,7 @@ def test_plain_nbgrader_needs_no_seed(tmp_path):
     kernel's side and the judge's side draw the same cases (the course's seed, made once and kept in its root), so
     correct work earns its points; a re-grade draws them again from the same seed. On the code of 2026-11-28 each side
     drew its own seed and the solution's drawn cases failed as "the record of this check does not match it"."""
-    from grading.autograde import SEED_FILE
+    from grading.settings import SEED_FILE
 
     course = tmp_path / "course"
     course.mkdir()

@@ -2,7 +2,7 @@
 
 Each test runs a small Python program in a sandbox as the grader does (`Sandbox.command(argv)` with
 `Sandbox.env()`, a copy of the kit without its references, the test's own folder as the submission's folder) and
-reads what it printed; a few start a real Jupyter kernel through grading.autograde.sandboxed_kernel_manager. CI
+reads what it printed; a few start a real Jupyter kernel through grading.kernels.kernel_manager_class. CI
 installs bubblewrap: grading cannot be tested without it, so nothing here is skipped when it is missing.
 """
 
@@ -24,8 +24,10 @@ import pytest
 from autograders import wire
 from autograders.kit import TRANSCRIPT_MIME
 from grading import isolation
-from grading.autograde import prepare_kit, sandboxed_kernel_manager
 from grading.batch import kernel_threads
+from grading.course import prepare_kit
+from grading.kernels import kernel_manager_class
+from grading.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 2**20
@@ -465,7 +467,8 @@ def test_the_environment_is_the_sandboxes_own(kit_dir, workdir, monkeypatch):
     proc = run_python(
         box,
         "import json, os; from autograders import kit\n"
-        "print(json.dumps([os.environ.get('MEMLAB_TEST_SECRET'), kit._MODE, kit.grading_seed(), os.environ['HOME']]))",
+        "print(json.dumps([os.environ.get('MEMLAB_TEST_SECRET'), kit.current_context().mode, kit.grading_seed(),\n"
+        "                  os.environ['HOME']]))",
     )
     assert printed(proc) == [None, "collect", 5, "/tmp/home"]
 
@@ -513,7 +516,7 @@ def _execute(
     interrupt=False,
     **settings,
 ):
-    """A notebook of `cells` run by nbclient in a kernel of grading.autograde.sandboxed_kernel_manager (a cell past
+    """A notebook of `cells` run by nbclient in a kernel of grading.kernels.kernel_manager_class (a cell past
     `timeout` is interrupted when `interrupt`)."""
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
@@ -527,7 +530,7 @@ def _execute(
         kernel_name="python3",
         allow_errors=True,
         interrupt_on_timeout=interrupt,
-        kernel_manager_class=sandboxed_kernel_manager(box, str(runtime), watches),
+        kernel_manager_class=kernel_manager_class(box, str(runtime), watches),
         resources={"metadata": {"path": str(workdir)}},
     )
     try:
@@ -656,8 +659,7 @@ def rerun_check(
         definitions=definitions,
         workdir=str(workdir),
         source_dir=str(source),
-        kit_dir=kit_dir,
-        memory_gb=2,
+        settings=Settings(kit_dir=kit_dir, memory_gb=2),
         modules=modules or {},
     )
     return rerun(CheckCall("lesson_checks", check, args, ()), request)

@@ -468,9 +468,9 @@ def test_needs_hardware_with_a_gpu_that_is_too_small(monkeypatch, learner_mode, 
     )
 
 
-def test_the_grading_mode_is_read_once_at_import(monkeypatch, no_gpu):
+def test_the_grading_mode_is_read_once_at_import(kit_context, monkeypatch, no_gpu):
     """Popping COURSE_GRADING after the kit is imported does not turn strict grading into learner mode."""
-    monkeypatch.setattr(kit, "_MODE", kit.STRICT)
+    kit_context(kit.STRICT)
     monkeypatch.delenv(kit.GRADING_ENV, raising=False)
     with pytest.raises(NotGradedHere):
         check_gpu_double(_define(WRITTEN, "gpu_double"))
