@@ -1,6 +1,6 @@
-"""The one adapter over private methods of jupyter_client and nbclient that the grader overrides, in one place.
+"""The one adapter over private methods of jupyter_client, nbclient and nbconvert that the grader overrides.
 
-Written for jupyter_client 8.x and nbclient 0.10; tests/test_kernel_adapter.py holds each overridden method to the
+Written for jupyter_client 8.10, nbclient 0.11 and nbconvert 7.17; tests/test_kernel_adapter.py holds each to the
 signature it was written against, so that a release that changes one fails there, by name, and not as a grading
 run that quietly misbehaves. What each override is for:
 
@@ -9,9 +9,9 @@ run that quietly misbehaves. What each override is for:
 - `SandboxedKernelManager._async_signal_kernel`: an interrupt goes to the processes inside the sandbox only
   (jupyter_client signals the kernel's process group, bubblewrap's own processes included: the kernel ended instead
   of the cell);
-- `restart_client` (nbclient's `NotebookClient.__init__` and `_check_assign_resources`): nbgrader's Execute is a
-  NotebookClient set up once by nbconvert; running a notebook again from the top (after a cell had to be stopped)
-  needs a fresh one, killed rather than asked to exit once its last cell has run;
+- `restart_client` (nbclient's `NotebookClient.__init__`, nbconvert's `ExecutePreprocessor._check_assign_resources`):
+  nbgrader's Execute is a NotebookClient set up once by nbconvert; running a notebook again from the top (after a
+  cell had to be stopped) needs a fresh one, killed rather than asked to exit once its last cell has run;
 - `_async_handle_timeout` (nbclient's `NotebookClient`): overridden by grading.autograde.SandboxedExecute, which
   interrupts the cell and stops the kernel only when the cell does not stop.
 """
@@ -24,6 +24,7 @@ import uuid
 
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
+from nbconvert.preprocessors import ExecutePreprocessor
 
 from grading import isolation
 
@@ -32,7 +33,7 @@ OVERRIDDEN = {
     (AsyncKernelManager, "_async_launch_kernel"): ("self", "kernel_cmd", "kw"),
     (AsyncKernelManager, "_async_signal_kernel"): ("self", "signum"),
     (NotebookClient, "__init__"): ("self", "nb", "km", "kw"),
-    (NotebookClient, "_check_assign_resources"): ("self", "resources"),
+    (ExecutePreprocessor, "_check_assign_resources"): ("self", "resources"),
     (NotebookClient, "_async_handle_timeout"): ("self", "timeout", "cell"),
 }
 

@@ -66,7 +66,7 @@ def test_the_grader_and_memlab_import_without_torch():
 def test_the_worker_server_preloads_what_a_worker_needs_but_not_the_check_kit():
     modules = imported_after("import " + ", ".join(PRELOAD + TORCH_PRELOAD))
     assert {"torch", "nbformat", "nbgrader.apps", "grading.judge"} <= modules
-    assert "autograders.kit" not in modules  # it reads the grading mode from the environment when imported
+    assert "autograders.kit" not in modules  # it comes with the check modules a judge imports
 
 
 LESSON_08 = ROOT / "solutions" / "08-capstone-7b-lora" / "08-capstone-7b-lora.ipynb"
