@@ -168,7 +168,6 @@ def test_korean_tables_line_up(real_grading, slug):
     assert not ragged, f"{slug}: rows padded by characters, not display columns (cell, rows): {ragged[:3]}"
 
 
-@pytest.mark.skipif("02-numeric-formats" not in SLUGS, reason="lesson 02 is not written")
 def test_the_graders_reference_implementation_does_not_exist_in_the_kernel(real_grading):
     """The grading references are not in the sandbox's copy of the kit: a learner cannot call them."""
     if real_grading.run_demonstrations:

@@ -39,6 +39,28 @@ def test_bitsandbytes_import_is_quiet_after_memlab():
     assert not [m for m in MARKERS if m in out], out
 
 
+#: what bitsandbytes does where it tries its optional CPU kernel (a CPU with AVX512-BF16): log the message through its
+#: logger; run here on any CPU, so that the tests below can fail wherever they run
+LOG_THE_WARNING = f"""
+import logging
+logging.basicConfig()
+for name, prefix in {QUIET_LOG_MESSAGES!r}.items():
+    logging.getLogger(name).warning(prefix + ": pip install kernels (kernels-community)")
+print('logged')
+"""
+
+
+def test_the_warning_is_dropped_after_memlab_on_any_cpu():
+    out = run_python("import memlab\n" + LOG_THE_WARNING)
+    assert "logged" in out
+    assert not [m for m in MARKERS if m in out], out
+
+
+def test_without_memlab_the_logged_warning_is_printed():
+    out = run_python(LOG_THE_WARNING)
+    assert [m for m in MARKERS if m in out], out
+
+
 def test_without_memlab_the_warning_is_printed_here():
     """The control: on a CPU with AVX512-BF16 the plain import prints the warning, so the test above means something
     on this machine (elsewhere bitsandbytes prints nothing and this test is skipped)."""
