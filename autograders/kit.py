@@ -29,9 +29,8 @@ plain data, `TRANSCRIPT_MIME`) and nothing else; expected values, grading refere
 computed there. The judge (grading/judge.py) runs the same check again with the learner's objects replaced by
 `Absent` placeholders: each learner step returns what the transcript says the learner's code returned, each
 reference step computes the expected value, and the comparisons decide. A transcript that does not match the
-check's own steps (another label, a missing record) fails. So nothing the submitted code does inside its own
-process (replace a check, patch torch, read a frame, forge a record) can change what the judge expects; it can only
-change what the learner's code is recorded to have returned, which is what is graded anyway.
+check's own steps (another label, a missing record) fails. What this guarantees against submitted code, and what it
+does not: docs/trust-model.md.
 
 Stages, in this order, so that an unwritten exercise never passes on any machine: `expect_callable` (defined, a
 function or class, not the lesson's stub), then whatever runs here (a tiny run on the CPU, the type of the result),

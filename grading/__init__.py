@@ -1,26 +1,26 @@
 """The grader: how a folder of submitted notebooks becomes a CSV of scores that can be trusted both ways.
 
-The trust model. A submitted notebook is untrusted code: it runs only in a sandboxed Jupyter kernel, and that kernel
-never decides a verdict. Its check cells *collect*: they run the learner's code on the check's inputs (public cases
-and cases drawn from the student's seed) and show what it returned as plain data (autograders/wire.py, a transcript
-per check: autograders/kit.py). A judge process that never runs submitted code replays each transcript through the
-same check, computes the expected values itself and decides. Expected values, grading references and answers of
-the drawn cases never exist in the kernel; nothing the kernel does (patch torch, replace a check, read a frame,
-forge a transcript) changes what the judge expects.
+A submitted notebook runs only in a sandboxed kernel that collects plain data; a judge that never runs submitted
+code decides. What that guarantees and what it does not: docs/trust-model.md (the one description of it).
 
 One module per concern:
 
 | module | what it does |
 |---|---|
+| `settings` | `Settings`: how submissions are graded, each default written once; the course's stored seed |
 | `types` | the task and result dataclasses that cross between processes |
 | `course` | the nbgrader course: its configuration, lessons, graded cells, a prepared copy |
 | `submission` | a submission read as data: refused files, other files copied without links, a static review |
+| `marks` | the grading marks of a submission's cells put back as the course has them |
+| `demonstrations` | lesson cells grading does not run: demonstrations no check depends on |
 | `isolation` | bubblewrap + prlimit sandboxes and a watch on their processes |
-| `autograde` | nbgrader's preprocessors: `SandboxedExecute` (collect) and `JudgeChecks` (the verdict) |
+| `kernels` | the one adapter over jupyter_client's, nbclient's and nbconvert's private methods |
+| `autograde` | nbgrader's preprocessors: `SandboxedExecute` (collect), `JudgeChecks` (the verdict), `RestoreGradingMarks`, `SkipDemonstrations` |
 | `judge` | the judge: in the notebook's worker under grade.py, its own process (`python -m grading.judge`) under `nbgrader autograde` |
-| `rerun` | measurements of the learner's code collected again in a fresh sandbox from its definitions only |
+| `rerun` | measurements of the learner's code collected again in a fresh sandbox from the statements they need |
 | `worker` | one submission: nbgrader's own autograde in a private course copy, in a process forked from a preloaded server |
-| `batch` | the batch and parallel driver behind scripts/grade.py: tasks, shards, the CSV |
+| `batch` | the batch and parallel driver behind scripts/grade.py: tasks, shards, the CSV, copied runs |
+| `i18n` | the grader's own messages in the language of the lesson graded |
 | `learner_version` | what `nbgrader generate_assignment` adds to a learner version: `raises-exception` tags, the model solution's recorded outputs |
 
 Because the preprocessors are configured in nbgrader_config.py, `nbgrader autograde` grades exactly as

@@ -17,7 +17,7 @@ Nothing under SUBMISSIONS_DIR or in this repository is written.
 2. Each (student, lesson) is graded by its own process, grading/worker.py, `--jobs` at a time: nbgrader's own
    autograde with the course's nbgrader_config.py (grading/autograde.py): the kernel runs sandboxed and only
    collects what the learner's code returns; a judge process that never runs submitted code decides every check.
-   Every check also runs cases drawn from a seed (`--seed`, random by default, printed), derived per student and
+   Every check also runs cases drawn from a seed (`--seed`, by default the course's own, kept in grading_seed.json and printed), derived per student and
    lesson.
 3. Each result is appended to the CSV as soon as it is known (a crash loses nothing); at the end identical work
    handed in by different students (lesson 08's adapter) is flagged, the CSV is rewritten in order (identical for
@@ -428,7 +428,7 @@ def parse_args(argv):
     parser.add_argument(
         "--shard", metavar="K/N", help="grade only every N-th student, from the K-th (1-based)"
     )
-    parser.add_argument("--seed", type=int, help="seed of the cases drawn at grading time (default: random)")
+    parser.add_argument("--seed", type=int, help="seed of the cases drawn at grading time (default: the course's, kept in grading_seed.json)")
     parser.add_argument(
         "--memory-limit",
         type=float,
@@ -586,7 +586,7 @@ def grade_all(plan: Plan, tasks: list[Task], cells: dict, chosen: dict, writer: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """grade.py: plan the run, prepare its courses, grade every submission, report (README: docs/teach.md)."""
+    """grade.py: plan the run, prepare its courses, grade every submission, report (docs/teach.md)."""
     args = parse_args(argv)
     out = check_out(args.out)
     if args.merge:

@@ -7,7 +7,7 @@
 the core-seconds the machine's CPUs were busy meanwhile) and `junit-*.xml` (pytest's JUnit reports: every test item's
 time). This script joins them: the steps in order with their share of the run, the total, the tiers' items (`slow`
 or not, as `pytest -m "not slow"` selects), the slowest items, and the time by test file. results/ci_profile.json
-is this output for a run of `.ci/run` from a clean clone on the machine CI runs on (README, Develop, says when and
+is this output for a run of `.ci/run` from a clean clone on the machine CI runs on (docs/develop.md says when and
 where).
 """
 

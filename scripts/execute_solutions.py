@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Execute solution notebooks in place on the CPU and save their outputs: how the committed outputs of solutions/
-are refreshed (solutions are committed executed on a CPU: README, Develop).
+are refreshed (solutions are committed executed on a CPU: docs/develop.md).
 
     python scripts/execute_solutions.py                        every lesson in solutions/
     python scripts/execute_solutions.py 01-memory-anatomy ...  the named lessons (slugs or notebook paths)

@@ -535,7 +535,7 @@ def step_transformer_engine(ctx: Context) -> None:
         if tried is None:
             ctx.rec.skipped(
                 "transformer_engine",
-                f"{why}; no install was tried (README: GPU evidence, Transformer Engine)",
+                f"{why}; no install was tried (docs/gpu.md, Transformer Engine)",
             )
         else:
             ctx.rec.failed("transformer_engine", why, values={"install_log": tried})
@@ -1149,7 +1149,7 @@ def merge(paths, results: Path = RESULTS) -> list[Path]:
                 merged["_device"] = _device_summary(record)
         merged["_parts"] = _parts_summary(merged, recs, merged.get("_parts", {}))
         merged["_about"] = (
-            "Written by scripts/gpu_evidence.py --merge from the records of its parts (README: GPU evidence). "
+            "Written by scripts/gpu_evidence.py --merge from the records of its parts (docs/gpu.md). "
             "Each entry: values, units, status (measured / skipped: reason / failed: error), config, command."
         )
         for record in recs:  # files the records name (the allocator snapshot), copied next to the results
@@ -1455,7 +1455,7 @@ def print_plan() -> None:
 
     tree = tree_bytes()
     whl = folder_bytes(WHEELHOUSE) if WHEELHOUSE.is_dir() else 0
-    print("# GPU evidence: the device-tool calls, in order of value (README: GPU evidence).")
+    print("# GPU evidence: the GPU commands, in order of value (docs/gpu.md).")
     print(
         f"# carry: working tree {tree / 2**20:.1f} MiB + .whl {whl / 2**20:.1f} MiB = {(tree + whl) / 2**20:.1f} MiB"
         f" of {CARRY_LIMIT / 2**20:.0f} MiB"

@@ -14,7 +14,8 @@ give learners OUT_DIR instead (or OUT_DIR.zip with --zip). It holds:
                              compare with the stored values in autograders/data/)
     grading/                 the grader's code (no secret in it: without the references it cannot grade drawn cases)
     jupyter-config/learner/  the learner's JupyterLab view, installed by pyproject.toml
-    README.md, README.ko.md  the learner part of this README and of the Korean one (install, open, what you see)
+    README.md, README.ko.md  the learner part of this README and of the Korean one (install, open)
+    docs/learn.md, docs/learn.ko.md  the learner's guide, in both editions
     requirements.txt, requirements-ko.txt, environment.yml, pyproject.toml
     RELEASE.json             the commit it was built from and a SHA-256 of every file
 
@@ -34,7 +35,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_lessons import ROOT, render  # noqa: E402
 
-COPIED = ["requirements.txt", "requirements-ko.txt", "environment.yml", "pyproject.toml"]
+COPIED = [
+    "requirements.txt",
+    "requirements-ko.txt",
+    "environment.yml",
+    "pyproject.toml",
+    "docs/learn.md",
+    "docs/learn.ko.md",
+]
 #: the translated editions' sources (scripts/build_lessons.py writes them): their learner versions are released too
 EDITIONS = {"ko": ROOT / "ko" / "solutions"}
 READMES = ("README.md", "README.ko.md")
@@ -70,6 +78,7 @@ def build(out: Path) -> list[str]:
         shutil.copytree(ROOT / package, out / package, ignore=NEVER)
     shutil.copytree(ROOT / "jupyter-config" / "learner", out / "jupyter-config" / "learner", ignore=NEVER)
     for name in COPIED:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, out / name)
     for name in READMES:
         if (ROOT / name).is_file():

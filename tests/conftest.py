@@ -247,7 +247,7 @@ def pytest_configure(config):
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
 
 
-# ---- tiers: `-m "not slow"` is the fast tier (README, Develop) ----------------------------------------------------
+# ---- tiers: `-m "not slow"` is the fast tier (docs/develop.md) ----------------------------------------------------
 
 
 #: where CI's time went, file by file, in the last profiled run (scripts/ci_profile.py)

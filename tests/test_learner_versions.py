@@ -51,7 +51,7 @@ def graded(slug: str) -> tuple[dict[str, float], dict[str, float]]:
 @pytest.mark.parametrize("slug", SLUGS)
 def test_points_add_up_to_10(slug):
     """10 autograded points in check cells named eK_slug_check, and one written answer of 2 points graded by hand
-    (README, "What JupyterLab shows you")."""
+    (docs/learn.md, "What JupyterLab shows you")."""
     auto, manual = graded(slug)
     assert auto and sum(auto.values()) == 10, auto
     for grade_id in auto:

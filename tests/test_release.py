@@ -37,6 +37,7 @@ def test_it_holds_the_lessons_the_toolkit_and_the_checks(release):
         "README.md",
         "RELEASE.json",
         "autograders",
+        "docs",
         "environment.yml",
         "grading",
         "jupyter-config",
@@ -52,6 +53,7 @@ def test_it_holds_the_lessons_the_toolkit_and_the_checks(release):
         korean = release / "ko" / "lessons" / slug / f"{slug}.ipynb"
         assert nbformat.read(korean, as_version=4).metadata["memlab"] == {"language": "ko"}
     assert (release / "autograders" / "locale" / "ko" / "LC_MESSAGES" / "autograders.mo").is_file()
+    assert sorted(p.name for p in (release / "docs").iterdir()) == ["learn.ko.md", "learn.md"]
     assert (release / "autograders" / "kit.py").is_file() and (release / "autograders" / "data").is_dir()
     assert release.with_suffix(".zip").is_file()
     manifest = json.loads((release / "RELEASE.json").read_text())
@@ -90,11 +92,10 @@ def test_nothing_that_gives_answers_away(release):
                 leaked = [line for line in own if line in released_text]
                 assert own and not leaked, (slug, cell.metadata["nbgrader"]["grade_id"], leaked)
     readme = (release / "README.md").read_text()
-    assert (
-        "git clone" not in readme and "Grade submissions" not in readme and "jupyter lab lessons/" in readme
-    )
+    assert "git clone" not in readme and "## Teach" not in readme and "jupyter lab lessons/" in readme
     korean = (release / "README.ko.md").read_text()
     assert "git clone" not in korean and "scripts/grade.py" not in korean and "ko/lessons" in korean
+    assert "docs/learn.md" in readme and "docs/learn.ko.md" in korean
 
 
 def _run_in_release(release, code: str, **env) -> subprocess.CompletedProcess:
