@@ -116,11 +116,22 @@ def worker_server(lesson_notebooks: list[Path]):
     CUDA (`grading.worker.preload_for`; why in grading/worker.py)."""
     import multiprocessing.forkserver
 
-    from grading.worker import preload_for
+    from grading.worker import SERVER_SAFE_PATH, preload_for
 
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(preload_for(lesson_notebooks, cuda=isolation.cuda_device_present()))
-    multiprocessing.forkserver.ensure_running()  # it imports while the courses are prepared
+    # The server starts as `python -c ...`, which puts the working folder first on sys.path (the forkserver of the
+    # Pythons the course supports imports its preload before it takes the driver's sys.path, fixed in later CPython):
+    # a memlab/ or grading/ folder where grade.py is run would be imported instead of the course's. PYTHONSAFEPATH
+    # (-P) leaves it out; the workers drop it again (grading.worker.SERVER_SAFE_PATH).
+    if os.environ.get("PYTHONSAFEPATH"):
+        multiprocessing.forkserver.ensure_running()  # it imports while the courses are prepared
+        return context
+    os.environ["PYTHONSAFEPATH"] = SERVER_SAFE_PATH
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        del os.environ["PYTHONSAFEPATH"]
     return context
 
 
@@ -145,7 +156,10 @@ def run_worker(task: Task, deadline: float, server) -> Result:
     try:
         return Result.load(task.result_path)
     except (OSError, ValueError, TypeError):
-        tail = log_path.read_text(errors="replace")[-300:]
+        try:
+            tail = log_path.read_text(errors="replace")[-300:]
+        except OSError:  # it ended before it opened its log (an import that failed): its error went to stderr
+            tail = _("no worker.log: it ended before grading (its error is printed above)", task.language)
         return Result(
             grader_error=True,
             notes=[
@@ -428,7 +442,11 @@ def parse_args(argv):
     parser.add_argument(
         "--shard", metavar="K/N", help="grade only every N-th student, from the K-th (1-based)"
     )
-    parser.add_argument("--seed", type=int, help="seed of the cases drawn at grading time (default: the course's, kept in grading_seed.json)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="seed of the cases drawn at grading time (default: the course's, kept in grading_seed.json)",
+    )
     parser.add_argument(
         "--memory-limit",
         type=float,

@@ -48,28 +48,39 @@ class Refused(Exception):
     """The submission cannot be graded at all; the message is the note."""
 
 
+def notebook_path(folder: Path, slug: str) -> Path:
+    """The notebook of `slug` handed in in `folder`: `slug.ipynb`, or else the folder's only notebook under another
+    name (a learner who renamed it, `... - Copy.ipynb`); `slug.ipynb` when there is none or several."""
+    path = folder / f"{slug}.ipynb"
+    if path.exists() or path.is_symlink() or not folder.is_dir() or folder.is_symlink():
+        return path
+    found = [p for p in folder.glob("*.ipynb") if p.is_file() or p.is_symlink()]
+    return found[0] if len(found) == 1 else path
+
+
 def read_submission(folder: Path, slug: str):
     """The submitted notebook of `slug` in `folder` as an nbformat-4 notebook, and notes; or Refused."""
     import nbformat
 
-    path = folder / f"{slug}.ipynb"
+    path = notebook_path(folder, slug)
+    name = escaped(path.stem, 120)  # the messages below name the file graded, renamed or not
     if folder.parent.is_symlink():
         raise Refused(_("the student folder is a symbolic link: not graded"))
     if folder.is_symlink():
         raise Refused(_("the {slug}/ folder is a symbolic link: not graded").format(slug=slug))
     if path.is_symlink():
         raise Refused(
-            _("{slug}.ipynb is a symbolic link: not graded (submit the notebook itself)").format(slug=slug)
+            _("{slug}.ipynb is a symbolic link: not graded (submit the notebook itself)").format(slug=name)
         )
     if not path.is_file():
         raise Refused(missing_note(folder, slug))
     size = path.stat().st_size
     if size == 0:
-        raise Refused(_("{slug}.ipynb is an empty file (0 bytes)").format(slug=slug))
+        raise Refused(_("{slug}.ipynb is an empty file (0 bytes)").format(slug=name))
     if size > MAX_NOTEBOOK_BYTES:
         raise Refused(
             _("{slug}.ipynb is {size} MiB, more than {limit} MiB").format(
-                slug=slug, size=f"{size / 2**20:.0f}", limit=MAX_NOTEBOOK_BYTES // 2**20
+                slug=name, size=f"{size / 2**20:.0f}", limit=MAX_NOTEBOOK_BYTES // 2**20
             )
         )
     text = path.read_bytes()
@@ -77,23 +88,26 @@ def read_submission(folder: Path, slug: str):
         data = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise Refused(
-            _("{slug}.ipynb is not a notebook (not valid JSON: {error})").format(slug=slug, error=error)
+            _("{slug}.ipynb is not a notebook (not valid JSON: {error})").format(slug=name, error=error)
         ) from None
     if not isinstance(data, dict) or "nbformat" not in data:
-        raise Refused(_("{slug}.ipynb is JSON but not a notebook (no nbformat field)").format(slug=slug))
+        raise Refused(_("{slug}.ipynb is JSON but not a notebook (no nbformat field)").format(slug=name))
     notes = []
+    if path.name != f"{slug}.ipynb":
+        text_note = _("graded {name}, the folder's only notebook ({slug}.ipynb was expected)")
+        notes.append(text_note.format(name=f"{name}.ipynb", slug=slug))
     try:
         nb = nbformat.reads(text.decode("utf-8"), as_version=4)
     except Exception as error:  # nbformat's own validation and conversion errors
         raise Refused(
             _("{slug}.ipynb could not be read as a notebook ({error})").format(
-                slug=slug, error=f"{type(error).__name__}: {error}"
+                slug=name, error=f"{type(error).__name__}: {error}"
             )
         ) from None
     if data.get("nbformat") != 4:
         notes.append(_("converted from nbformat {version} to 4").format(version=data.get("nbformat")))
     if not isinstance(nb.get("cells"), list):
-        raise Refused(_("{slug}.ipynb has no list of cells").format(slug=slug))
+        raise Refused(_("{slug}.ipynb has no list of cells").format(slug=name))
     return nb, notes
 
 
@@ -102,7 +116,7 @@ def declared_language(folder: Path, slug: str) -> str:
     by the build of a translated edition), "en" when it says none or cannot be read (the worker then says why). It
     only chooses which of the course's own sources the submission is graded against: the checks, cases and points
     are the same in every edition, so a false claim gains nothing."""
-    path = folder / f"{slug}.ipynb"
+    path = notebook_path(folder, slug)
     try:  # only the metadata is read, as plain JSON: the worker reads, checks and refuses the notebook itself
         if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_NOTEBOOK_BYTES:
             return "en"

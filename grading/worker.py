@@ -46,7 +46,14 @@ from pathlib import Path
 from grading.course import graded_cells, nbgrader_api
 from grading.i18n import _
 from grading.isolation import cuda_device_present
-from grading.submission import Refused, copy_lesson_folder, grade_id, is_test_cell, read_submission
+from grading.submission import (
+    Refused,
+    copy_lesson_folder,
+    grade_id,
+    is_test_cell,
+    notebook_path,
+    read_submission,
+)
 from grading.types import Result, Task
 from memlab.i18n import set_language
 
@@ -70,6 +77,11 @@ TORCH_PRELOAD = ["torch"]
 KIT_PRELOAD = ["memlab.models", "memlab.estimate", "transformers.trainer", "peft"]
 
 
+#: the value of PYTHONSAFEPATH grade.py starts its worker server with (grading.batch.worker_server), so that the
+#: server does not import from the working folder; its workers remove it, leaving an instructor's own setting
+SERVER_SAFE_PATH = "grade.py worker server"
+
+
 def preload_for(lesson_notebooks: list[Path], cuda: bool) -> list[str]:
     """What the worker server imports for grading these lessons (their source notebooks) on a machine where a CUDA
     device may be present (`cuda`) or not: `PRELOAD` alone with CUDA (nothing that touches it); else torch too, and
@@ -86,6 +98,30 @@ def fresh_interpreter_needed(cuda: bool, loaded=None) -> bool:
     """Whether a worker forked from the server must start again as a fresh interpreter before it grades: where a
     CUDA device may be present and torch was imported before the fork (anything may have touched CUDA then)."""
     return cuda and "torch" in (sys.modules if loaded is None else loaded)
+
+
+def check_modules(nb) -> set[str]:
+    """The modules a notebook's check cells import their checks from (`autograders.lesson02`, ...)."""
+    from grading.judge import parse_check_cell
+
+    calls = (parse_check_cell(c.source) for c in nb.cells if is_test_cell(c))
+    return {call.module for call in calls if call}
+
+
+def another_lessons_notebook(nb, source) -> str | None:
+    """Why `nb` is graded 0 without running it when it is another lesson's notebook handed in for this one: none of
+    its graded cells is one of this lesson's, and its checks come from other modules than this lesson's (so that
+    nbgrader would put back every check and stub and grade a notebook of unrelated code)."""
+    ours = {grade_id(c) for c in source.cells if grade_id(c)}
+    theirs = {grade_id(c) for c in nb.cells if grade_id(c)}
+    modules = check_modules(nb)
+    if not theirs or theirs & ours or not modules or modules & check_modules(source):
+        return None
+    text = _(
+        "not this lesson's notebook: none of its graded cells is this lesson's, and its checks are {modules}'s "
+        "({grade_ids}): graded 0, not run"
+    )
+    return text.format(modules=", ".join(sorted(modules)[:3]), grade_ids=", ".join(sorted(theirs)[:4]))
 
 
 def drop_unknown_grade_ids(nb, known: set[str]) -> list[str]:
@@ -160,6 +196,11 @@ def grade(task: Task) -> Result:
         result.manual = []
         return result
     source = nbformat.read(source_folder / f"{slug}.ipynb", as_version=4)
+    other = another_lessons_notebook(nb, source)
+    if other:
+        result.notes.append(other)
+        result.manual = []
+        return result
     result.notes += notes + drop_unknown_grade_ids(nb, {grade_id(c) for c in source.cells if grade_id(c)})
     result.notes += keep_last_copies(nb)
     released = Path(task.template) / "lessons" / slug / f"{slug}.ipynb"
@@ -171,7 +212,8 @@ def grade(task: Task) -> Result:
     shutil.copy(Path(task.template) / "gradebook.db", course / "gradebook.db")
     submitted = course / "submitted" / student / slug
     submitted.mkdir(parents=True)
-    result.notes += copy_lesson_folder(Path(task.submission), submitted, f"{slug}.ipynb")
+    handed_in = notebook_path(Path(task.submission), slug).name
+    result.notes += copy_lesson_folder(Path(task.submission), submitted, handed_in)
     nbformat.write(nb, submitted / f"{slug}.ipynb")
 
     # the judge in this process: it grades one notebook and ends
@@ -288,6 +330,8 @@ def forked(task_path: str, log_path: str) -> None:
     to `log_path`; the judge in this process. Where it must not use what the server imported
     (`fresh_interpreter_needed`), it becomes `python -m grading.worker` in place: the same process, session and log."""
     os.setsid()
+    if os.environ.get("PYTHONSAFEPATH") == SERVER_SAFE_PATH:  # the server's own, not the instructor's
+        del os.environ["PYTHONSAFEPATH"]
     with open(log_path, "ab") as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)

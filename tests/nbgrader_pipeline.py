@@ -81,14 +81,15 @@ def nbgrader_generate_assignment(course: Path) -> dict[str, bytes]:
 
 
 def run_grade(
-    submissions: Path, out: Path, *args: str, timeout: float = 1800
+    submissions: Path, out: Path, *args: str, timeout: float = 1800, cwd: Path | None = None
 ) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    """Run scripts/grade.py as an instructor would; (the process, the CSV's rows)."""
+    """Run scripts/grade.py as an instructor would, from `cwd`; (the process, the CSV's rows)."""
     proc = subprocess.run(
         [sys.executable, str(SCRIPTS / "grade.py"), str(submissions), "--out", str(out), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        cwd=cwd,
     )
     rows = []
     if out.exists():

@@ -72,11 +72,15 @@ def test_front_pages_are_short_and_send_each_reader_on(page):
     assert len(text) <= FRONT_PAGE_MAX_CHARS, f"{page}: {len(text)} characters"
     targets = {url.partition("#")[0] for url in links(text)}
     korean = page.endswith(".ko.md")
-    guides = ["docs/learn.ko.md", "docs/teach.ko.md", "docs/trust-model.ko.md"] if korean else [
-        "docs/learn.md",
-        "docs/teach.md",
-        "docs/trust-model.md",
-    ]
+    guides = (
+        ["docs/learn.ko.md", "docs/teach.ko.md", "docs/trust-model.ko.md"]
+        if korean
+        else [
+            "docs/learn.md",
+            "docs/teach.md",
+            "docs/trust-model.md",
+        ]
+    )
     assert {*guides, "docs/develop.md", "docs/gpu.md"} <= targets, targets
 
 

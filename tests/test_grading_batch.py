@@ -4,6 +4,7 @@ machine, and the CSV is written as grading goes (a grader killed half-way leaves
 from __future__ import annotations
 
 import csv
+import os
 import signal
 import subprocess
 import sys
@@ -194,3 +195,27 @@ def test_a_submission_time_is_read_from_nbgrader_s_timestamp(tmp_path):
     (tmp_path / "timestamp.txt").symlink_to("/etc/hostname")
     assert submission_time(tmp_path) == ""
     assert submission_time(tmp_path / "missing") == ""
+
+
+def _ends_before_its_log(task_path: str, log_path: str) -> None:
+    os._exit(1)  # as a worker whose imports fail: it never opens its log
+
+
+def test_a_worker_that_ends_before_its_log_is_a_row_that_says_so(tmp_path, monkeypatch):
+    """A worker that dies before it writes anything (an import that failed) is a grader-error row, not a crash of
+    the whole run with FileNotFoundError on its missing worker.log and an empty CSV."""
+    import multiprocessing
+
+    import grading.worker
+    from grading import batch
+    from grading.settings import Settings
+    from grading.types import Task
+
+    monkeypatch.setattr(grading.worker, "forked", _ends_before_its_log)
+    task = Task("ada", "s0000-ada", "00-fixture", "", "", str(tmp_path), Settings())
+    result = batch.run_worker(task, deadline=60, server=multiprocessing.get_context("fork"))
+    assert result.grader_error
+    assert result.notes == [
+        "the grader's worker ended without a result (exit 1): no worker.log: it ended before grading "
+        "(its error is printed above)"
+    ]

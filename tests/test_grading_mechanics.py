@@ -55,6 +55,10 @@ MANUAL = "w1_square_sign"
 HAS_GPU = unmet_requirements(cuda=True) is None
 GPU = AUTO["e3_gpu_ones_check"] if HAS_GPU else 0.0
 SOLVED = {"e1_square_check": 4.0, "e2_add_check": 4.0, "e3_gpu_ones_check": GPU}
+#: a real lesson's learner version, handed in as the fixture lesson's notebook
+ANOTHER_LESSON = ROOT / "lessons" / "02-numeric-formats" / "02-numeric-formats.ipynb"
+#: packages named like the course's in the folder grade.py is run from
+SHADOWED_PACKAGES = ("memlab", "grading", "autograders")
 TIMEOUT = 6  # seconds per cell: the slowest cell of the fixture (import torch) takes ~2 s on 2 cores
 WRONG_ADD = ("return a + b", "return a - b")
 SHM_FILE = f"memlab-leak-{os.getpid()}"  # what one student leaves in /dev/shm and /tmp for the next
@@ -492,6 +496,9 @@ def graded(tmp_path_factory):
 
     put("misnamed", _solution(), "00-fixture-Copy1.ipynb")
     put("wrong_lesson", _solution(), "01-memory-anatomy.ipynb")
+    put("two_notebooks", _solution(), "00-fixture-Copy1.ipynb")
+    put("two_notebooks", _solution(), "00-fixture-Copy2.ipynb")
+    put("another_lesson", nbformat.read(ANOTHER_LESSON, as_version=4))
     (subs / "corrupt" / SLUG).mkdir(parents=True)
     (subs / "corrupt" / SLUG / NOTEBOOK).write_text('{"cells": [')
     (subs / "empty" / SLUG).mkdir(parents=True)
@@ -540,6 +547,14 @@ def graded(tmp_path_factory):
     _cell(reader, "e2_add").source = SHM_READER
     put("cheat_shm_reader", reader)  # graded after cheat_shm_writer (or beside it: --jobs 2), in order
 
+    # the instructor runs grade.py from a folder that holds packages named like the course's (an old copy of the
+    # course, a scratch memlab/): none may be imported by the grader's processes
+    instructor = tmp / "instructor"
+    for package in SHADOWED_PACKAGES:
+        (instructor / package).mkdir(parents=True)
+        (instructor / package / "__init__.py").write_text(
+            f"open({str(tmp / 'shadowed')!r}, 'a').write({package!r} + '\\n')\nraise ImportError('shadowed')\n"
+        )
     (tmp / VICTIM).write_text("the grader's own file")
     os.chmod(tmp / VICTIM, 0o600)
     before = _digest(subs)
@@ -560,12 +575,14 @@ def graded(tmp_path_factory):
         "7",
         "--memory-limit",
         "3",
+        cwd=instructor,
     )
     seconds = time.perf_counter() - start
     time.sleep(5)  # the detached process of cheat_detached would have written by now
     with open(out, newline="", encoding="utf-8") as fh:
         rows_later = list(csv.DictReader(fh))
     return {
+        "tmp": tmp,
         "proc": proc,
         "rows": rows,
         "rows_later": rows_later,
@@ -758,8 +775,16 @@ def test_the_shadow_kit_would_have_won(tmp_path):
 @pytest.mark.parametrize(
     "student, note",
     [
-        ("misnamed", f"missing: no {SLUG}/{NOTEBOOK} (found 00-fixture-Copy1.ipynb)"),
-        ("wrong_lesson", f"missing: no {SLUG}/{NOTEBOOK} (found 01-memory-anatomy.ipynb)"),
+        (
+            "two_notebooks",
+            f"missing: no {SLUG}/{NOTEBOOK} (found 00-fixture-Copy1.ipynb, 00-fixture-Copy2.ipynb)",
+        ),
+        (
+            "another_lesson",
+            "not this lesson's notebook: none of its graded cells is this lesson's, and its checks are "
+            "autograders.lesson02's (e1_decode, e1_decode_check, e2_format_limits, e2_format_limits_check): "
+            "graded 0, not run",
+        ),
         ("corrupt", f"{NOTEBOOK} is not a notebook (not valid JSON"),
         ("empty", f"{NOTEBOOK} is an empty file (0 bytes)"),
         ("symlink_etc", f"{NOTEBOOK} is a symbolic link: not graded"),
@@ -771,6 +796,32 @@ def test_an_ungradable_notebook_is_a_row_of_zeros_that_says_why(graded, student,
     r = row(graded, student)
     assert r["notes"].startswith(note), r["notes"]
     assert "root:" not in r["notes"] and "def square" not in r["notes"]  # a link's target is never read
+
+
+@pytest.mark.parametrize(
+    "student, name", [("misnamed", "00-fixture-Copy1"), ("wrong_lesson", "01-memory-anatomy")]
+)
+def test_a_renamed_notebook_alone_in_its_folder_is_graded_with_a_note(graded, student, name):
+    """A lesson folder whose only notebook has another name (a copy JupyterLab made, a wrong name) is graded: it
+    scored 0 as missing."""
+    assert scores(graded, student) == SOLVED
+    assert row(graded, student)["notes"].startswith(
+        f"graded {name}.ipynb, the folder's only notebook ({NOTEBOOK} was expected)"
+    )
+
+
+def test_another_lesson_s_notebook_is_not_run_and_asks_for_no_manual_grading(graded):
+    """Lesson 02's notebook handed in as the fixture lesson's: one note says so, no check is put back and run
+    (there were ten false `review:` notes on lesson 02's own imports of the kit) and nothing waits for a human."""
+    r = row(graded, "another_lesson")
+    assert r["needs_manual"] == "0" and "review:" not in r["notes"] and ";" not in r["notes"]
+
+
+def test_packages_named_like_the_course_s_where_grade_py_runs_are_not_imported(graded):
+    """grade.py run from a folder holding memlab/, grading/ and autograders/ packages: no grader process imports
+    them (the worker server started as `python -c`, with the working folder first on sys.path, imported them)."""
+    assert not (graded["tmp"] / "shadowed").exists(), (graded["tmp"] / "shadowed").read_text()
+    assert scores(graded, "solved") == SOLVED
 
 
 def test_an_nbformat_3_notebook_is_converted_and_graded(graded):
