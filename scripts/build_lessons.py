@@ -12,7 +12,9 @@ ClearHiddenTests, ClearMarkScheme, ...) through nbconvert's NotebookExporter, an
 (tests/test_lessons_in_sync.py runs the real command and compares), deterministic, and needs no kernel and no
 gradebook (SaveCells, which only fills the gradebook, is switched off).
 
-First it writes each lesson's `model_solution_outputs.json` into solutions/NN-slug/ (released with the lesson like
+First it writes each check cell's nbgrader points from the check it calls (`@check(name, points=...)` in
+autograders/, where a check's points are declared once) into the solution, then each lesson's
+`model_solution_outputs.json` into solutions/NN-slug/ (released with the lesson like
 any other file): the outputs of the solution's `needs(...)` cells, which a learner stuck on an exercise is shown in
 their place (memlab.notebook.needs, grading/learner_version.py). `--check` reports that file out of date too.
 
@@ -153,9 +155,53 @@ def main(argv: list[str] | None = None) -> int:
     return max(english, translated)
 
 
+def undeclared_points(solutions: Path = ROOT / "solutions") -> dict[Path, dict[str, float]]:
+    """{solution notebook: {grade id: declared points}} for the check cells whose nbgrader points are not those of
+    the check they call: a check's points are declared once, in `@check(name, points=...)` (autograders/), and the
+    build writes them into the check cells' metadata, which nbgrader reads."""
+    import nbformat
+
+    from grading.judge import load_check, parse_check_cell
+    from grading.submission import grade_id, is_test_cell
+
+    found: dict[Path, dict[str, float]] = {}
+    for lesson in lesson_dirs(solutions):
+        for path in sorted(lesson.glob("*.ipynb")):
+            for cell in nbformat.read(path, as_version=4).cells:
+                call = parse_check_cell(cell.source) if is_test_cell(cell) else None
+                if call is None:
+                    continue
+                declared = float(load_check(call, str(lesson)).points)
+                if float(cell.metadata["nbgrader"].get("points", 0)) != declared:
+                    found.setdefault(path, {})[grade_id(cell)] = declared
+    return found
+
+
+def write_points(path: Path, points: dict[str, float]) -> None:
+    import nbformat
+
+    from grading.submission import grade_id
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if grade_id(cell) in points:
+            value = points[grade_id(cell)]
+            cell.metadata["nbgrader"]["points"] = int(value) if value.is_integer() else value
+    nbformat.write(nb, path)
+
+
 def build_english(args) -> int:
     """lessons/ and the recorded outputs from solutions/ (the module's docstring); 0, or 1 on --check if stale."""
     start = time.perf_counter()
+    undeclared = undeclared_points(args.solutions.resolve())
+    if args.check and undeclared:
+        for path, points in undeclared.items():
+            print(f"out of date: the points of {', '.join(points)} in {path} (their checks declare others)")
+        print("run: python scripts/build_lessons.py", file=sys.stderr)
+        return 1
+    for path, points in undeclared.items():
+        write_points(path, points)
+        print(f"wrote the points their checks declare into {path}: {points}")
     recorded = recorded_outputs(args.solutions.resolve())
     stale_records = [
         path for path, data in recorded.items() if not path.is_file() or path.read_bytes() != data

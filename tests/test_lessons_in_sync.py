@@ -91,3 +91,35 @@ def test_cli_check_exit_status(tmp_path):
         [*command, "--lessons", str(tmp_path), "--check"], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 1 and "out of date" in proc.stdout
+
+
+def test_a_check_cell_s_points_are_written_from_its_check_s_declaration(tmp_path, capsys):
+    """A check's points are declared once, in `@check(name, points=...)`: a check cell whose nbgrader points say
+    otherwise is out of date for --check, and the build writes the declared points into the solution and so into
+    the learner version (nbgrader grades with the cell's points)."""
+    import nbformat
+
+    solutions = tmp_path / "solutions"
+    shutil.copytree(FIXTURE_SOLUTIONS, solutions)
+    notebook = solutions / "00-fixture" / "00-fixture.ipynb"
+    nb = nbformat.read(notebook, as_version=4)
+    check_cell = next(
+        c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "e1_square_check"
+    )
+    declared = check_cell.metadata.nbgrader.points
+    check_cell.metadata.nbgrader.points = declared + 3
+    nbformat.write(nb, notebook)
+    args = ["--solutions", str(solutions), "--lessons", str(tmp_path / "lessons")]
+    capsys.readouterr()
+    assert build_lessons.main([*args, "--check"]) == 1
+    assert f"out of date: the points of e1_square_check in {notebook}" in capsys.readouterr().out
+    assert build_lessons.main(args) == 0
+    assert build_lessons.main([*args, "--check"]) == 0
+    for path in (notebook, tmp_path / "lessons" / "00-fixture" / "00-fixture.ipynb"):
+        cells = nbformat.read(path, as_version=4).cells
+        points = {
+            c.metadata.nbgrader["grade_id"]: c.metadata.nbgrader.get("points")
+            for c in cells
+            if "nbgrader" in c.metadata
+        }
+        assert points["e1_square_check"] == declared, path
