@@ -80,6 +80,13 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.OverwriteCells.add_missing_cells = True
+# The feedback a learner gets is the autograded notebook without the model answers and rubrics JudgeChecks wrote
+# into it for the grader (grading/for_graders.py); the grader's notes on the notebook stay.
+c.GenerateFeedback.preprocessors = [
+    "grading.autograde.DropRubrics",
+    "nbgrader.preprocessors.GetGrades",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]
 # Before nbgrader compares a submission's cells with the gradebook: the cells' grading marks (grade, solution, locked,
 # points) are the course's, whatever the notebook's metadata says; an edited mark made nbgrader stop the whole
 # notebook ("Inconsistent checksums") (grading/marks.py, grading.autograde.RestoreGradingMarks). The rest is nbgrader's own list.

@@ -11,7 +11,9 @@ model: docs/trust-model.md):
   the top without it, so only what depends on that cell loses points.
 - `JudgeChecks` hands every check cell's transcript to the judge (grading/judge.py) and replaces the cell's outputs
   with the verdict. It writes the findings a human should read (flags, notes, `review:` notes, marks changed in the
-  notebook) into the notebook's metadata under `memlab_grading`, where scripts/grade.py reads them.
+  notebook) into the notebook's metadata under `memlab_grading`, where scripts/grade.py reads them, and as cells
+  where formgrader and the feedback show them, with each written answer's rubric (grading/for_graders.py;
+  `DropRubrics` keeps the rubrics out of nbgrader's feedback).
 
 Their settings are `GradingSettings` (grading/settings.py), nbgrader configuration like any other. This module
 imports nbgrader: grading.batch, which starts grade.py, does not import it.
@@ -41,6 +43,7 @@ from traitlets import Float
 from grading import isolation
 from grading.course import copy_regular_files, kit_copy
 from grading.demonstrations import skip
+from grading.for_graders import RUBRIC, is_grader_cell, write_grader_cells
 from grading.i18n import _
 from grading.judge import CellRequest, JudgeReply, JudgeRequest, judge_all
 from grading.kernels import kernel_manager_class, restart_client
@@ -313,6 +316,16 @@ class JudgeChecks(NbGraderPreprocessor):
                 findings["notes"].append(marks_note(changed))
         findings["signatures"] = {v.grade_id: v.signature for v in verdicts if v.signature}
         nb.metadata[FINDINGS_KEY] = findings
+        write_grader_cells(nb, source, findings["flags"], findings["notes"])
+        return nb, resources
+
+
+class DropRubrics(NbGraderPreprocessor):
+    """Out of nbgrader's feedback: the model answers and rubrics the judge wrote into the autograded notebook for
+    the grader (grading/for_graders.py). The grader's notes stay."""
+
+    def preprocess(self, nb, resources):
+        nb.cells = [c for c in nb.cells if not is_grader_cell(c, RUBRIC)]
         return nb, resources
 
 

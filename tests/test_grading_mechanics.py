@@ -1187,3 +1187,31 @@ def test_the_sandbox_is_available_here():
     """CI runs on Linux with bubblewrap: the isolation the tests above rely on is real here, not skipped."""
     assert isolation.unavailable() is None
     assert os.path.exists("/proc/self/ns/pid")
+
+
+def test_formgrader_and_the_feedback_show_the_grader_s_notes_and_formgrader_the_rubric(graded):
+    """The kept course's autograded notebook (what formgrader shows) opens with the flags and `review:` notes, and
+    holds the model answer and rubric after the written answer; nbgrader's own generate_feedback keeps the notes and
+    leaves the rubric out (both lived only in grade.py's CSV and the notebook's metadata)."""
+    from nbgrader.api import Gradebook
+
+    from grading.course import nbgrader_api
+
+    course = graded["course"] / "course"
+    with Gradebook("sqlite:///" + str(course / "gradebook.db")) as gradebook:
+        sid = next(s.id for s in gradebook.students if s.first_name == "cheat_replace_check")
+    autograded = nbformat.read(course / "autograded" / sid / SLUG / NOTEBOOK, as_version=4)
+    notes = autograded.cells[0].source
+    assert notes.startswith("**Notes from the grader**")
+    assert "**flag:** e2\\_add\\_check:" in notes and "review: e2\\_add:" in notes
+    rubric = _cell(nbformat.read(SOLUTION, as_version=4), MANUAL).source
+    after_answer = autograded.cells[autograded.cells.index(_cell(autograded, MANUAL)) + 1]
+    assert rubric in after_answer.source
+    outcome = nbgrader_api(course).generate_feedback(SLUG, sid, force=True)
+    assert outcome["success"], outcome
+    feedback = (course / "feedback" / sid / SLUG / f"{SLUG}.html").read_text()
+    assert "Notes from the grader" in feedback and "e2_add_check:" in feedback
+    assert (
+        "rubric, for the grader" not in feedback
+    )  # its heading: the learner's own answer here is the model's
+    assert "rubric, for the grader" in after_answer.source
