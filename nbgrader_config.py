@@ -98,3 +98,15 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.OverwriteCells",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
+
+# ---- late submissions and the export an LMS imports ---------------------------------------------------------------
+# A lesson's due date is its assignment's in the gradebook (formgrader, `nbgrader db assignment import due.csv`, or
+# `scripts/grade.py --due-dates due.csv`: one file, the columns name and duedate). nbgrader's AssignLatePenalties (in
+# the autograde list above) then asks a LateSubmissionPlugin for the penalty of each late notebook: nbgrader's own
+# takes nothing off unless told `c.LateSubmissionPlugin.penalty_method = "zero"`; a rule of your own is a subclass
+# of nbgrader.plugins.LateSubmissionPlugin named here, e.g. 10 % of the score per day late:
+#     c.AssignLatePenalties.plugin_class = "my_rules.TenPercentPerDay"
+# `nbgrader export` writes one row per student (a column per lesson, per written answer, when it was handed in, how
+# late, and the exchange's other submissions of it: grading/export.py); --exporter=nbgrader.plugins.CsvExportPlugin
+# gives nbgrader's own long table.
+c.ExportApp.plugin_class = "grading.export_plugin.ClassExport"

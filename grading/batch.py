@@ -2,7 +2,9 @@
 
     python scripts/grade.py SUBMISSIONS_DIR --out grades.csv [--lessons SLUG ...] [--jobs N] [--shard K/N]
                             [--seed S] [--timeout SECONDS] [--memory-limit GB] [--keep DIR]
+                            [--due-dates CSV]
     python scripts/grade.py --merge shard-1.csv shard-2.csv ... --out grades.csv
+    python scripts/grade.py --manual-grades DIR --out grades.csv   (the grades entered in formgrader in DIR)
 
 SUBMISSIONS_DIR holds one folder per student: SUBMISSIONS_DIR/<student>/<lesson-slug>/<lesson-slug>.ipynb (plus
 whatever else the student saved next to it). Every folder in it is a student, hidden ones included (with a note).
@@ -24,8 +26,9 @@ Nothing under SUBMISSIONS_DIR or in this repository is written.
    any --jobs), and a per-student file of totals is written next to it (`grades.csv` -> `grades-students.csv`).
 
 CSV columns: student, lesson, the points of every graded cell (a written answer is empty until graded by hand),
-total (points earned so far), max (every point of the lesson, written answers included), needs_manual (points still
-to grade by hand), flags (evidence of tampering or copying: read them), notes (why points were lost, what was
+total (points earned so far, after any late penalty), max (every point of the lesson, written answers included),
+needs_manual (points still to grade by hand), handed_in (nbgrader's timestamp.txt, UTC), seconds_late (against
+--due-dates), late_penalty, flags (evidence of tampering or copying: read them), notes (why points were lost, what was
 repaired, code worth a look). Every text a submission can produce is escaped (control characters, lone surrogates)
 and cut to a length; a submission that breaks its worker costs that row only.
 
@@ -41,6 +44,7 @@ import contextlib
 import csv
 import dataclasses
 import os
+import re
 import shutil
 import signal
 import sys
@@ -61,13 +65,30 @@ from grading.course import (
     prepare_course,
     prepare_kit,
 )
+from grading.export import (
+    apply_manual_grades,
+    manual_cells,
+    manual_grades,
+    parse_due_dates,
+    student_table,
+    write_table,
+)
 from grading.i18n import _
 from grading.settings import Settings, course_seed
 from grading.submission import declared_language, escaped
 from grading.types import Result, Task
 from memlab.i18n import ENGLISH
 
-FIXED_COLUMNS_END = ["total", "max", "needs_manual", "flags", "notes"]
+FIXED_COLUMNS_END = [
+    "total",
+    "max",
+    "needs_manual",
+    "handed_in",
+    "seconds_late",
+    "late_penalty",
+    "flags",
+    "notes",
+]
 FIELD_CHARS = 4000  # a CSV field a submission's text can fill
 
 
@@ -96,10 +117,27 @@ def list_students(submissions: Path) -> list[str]:
     return sorted(p.name for p in submissions.iterdir() if p.is_dir() or p.is_symlink())
 
 
-def student_id(index: int, name: str) -> str:
-    """nbgrader's id of a student folder: ASCII letters, digits, - and _ only, unique by its index."""
-    safe = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-_") else "_" for ch in name).strip("_")
-    return f"s{index:04d}-{safe[:40] or 'student'}"
+#: a student folder's name that is also a good nbgrader student id: the id formgrader and the kept course show, and
+#: the one the drawn cases derive from, as for the same student graded by nbgrader's own collect and autograde
+NBGRADER_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
+def student_ids(names: list[str]) -> dict[str, str]:
+    """nbgrader's id of each student folder: its own name where that is a plain id (letters, digits, _ . -), else
+    `s<index>-` and the name's ASCII letters and digits, never the same as another's."""
+    ids: dict[str, str] = {}
+    taken = {name for name in names if NBGRADER_ID.fullmatch(name)}
+    for index, name in enumerate(names):
+        if NBGRADER_ID.fullmatch(name):
+            ids[name] = name
+            continue
+        safe = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-_") else "_" for ch in name).strip("_")
+        sid = f"s{index:04d}-{safe[:40] or 'student'}"
+        while sid in taken:
+            sid += "_"
+        taken.add(sid)
+        ids[name] = sid
+    return ids
 
 
 def grading_order(indexed: list[tuple[int, str]], lessons: list[str]) -> list[tuple[int, str, str]]:
@@ -170,8 +208,11 @@ def run_worker(task: Task, deadline: float, server) -> Result:
         )
 
 
-def make_row(student: str, lesson: str, cells: list[tuple[str, float, bool]], result: Result) -> dict:
-    """A CSV row; a score of None is a written answer still to grade by hand. Every text is escaped."""
+def make_row(
+    student: str, lesson: str, cells: list[tuple[str, float, bool]], result: Result, handed_in: str = ""
+) -> dict:
+    """A CSV row; a score of None is a written answer still to grade by hand. Every text is escaped. The total is
+    after the late penalty nbgrader's AssignLatePenalties took (the course's LateSubmissionPlugin)."""
     row = {"student": csv_text(student, 200), "lesson": lesson}
     total = needs_manual = 0.0
     for gid, points, _manual in cells:
@@ -183,9 +224,12 @@ def make_row(student: str, lesson: str, cells: list[tuple[str, float, bool]], re
             row[gid] = f"{float(score):g}"
             total += float(score)
     row.update(
-        total=f"{total:g}",
+        total=f"{max(0.0, total - result.late_penalty):g}",
         max=f"{sum(p for _gid, p, _manual in cells):g}",
         needs_manual=f"{needs_manual:g}",
+        handed_in=handed_in,
+        seconds_late="" if result.seconds_late is None else f"{result.seconds_late:g}",
+        late_penalty=f"{result.late_penalty:g}",
         flags=csv_text("; ".join(result.flags)),
         notes=csv_text("; ".join(result.notes)),
     )
@@ -315,40 +359,11 @@ def totals_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}-students{out.suffix or '.csv'}")
 
 
-def write_totals(out: Path, rows: list[dict]) -> Path:
-    """One row per student: lessons graded, total, max, points still to grade by hand, flagged lessons."""
-    students: dict[str, dict] = {}
-    for row in rows:
-        s = students.setdefault(
-            row["student"],
-            {
-                "student": row["student"],
-                "lessons": 0,
-                "total": 0.0,
-                "max": 0.0,
-                "needs_manual": 0.0,
-                "flagged_lessons": [],
-            },
-        )
-        s["lessons"] += 1
-        for key in ("total", "max", "needs_manual"):
-            s[key] += float(row[key] or 0)
-        if row.get("flags"):
-            s["flagged_lessons"].append(row["lesson"])
-    table = [
-        {
-            **s,
-            **{k: f"{s[k]:g}" for k in ("total", "max", "needs_manual")},
-            "flagged_lessons": " ".join(s["flagged_lessons"]),
-        }
-        for s in students.values()
-    ]
+def write_totals(out: Path, rows: list[dict], solutions: Path) -> Path:
+    """The per-student table an LMS imports (grading/export.py), next to the CSV: grades.csv -> grades-students.csv."""
+    table, columns = student_table(rows, manual_cells(solutions, {r["lesson"] for r in rows}))
     path = totals_path(out)
-    write_csv(
-        path,
-        sorted(table, key=lambda s: s["student"]),
-        ["student", "lessons", "total", "max", "needs_manual", "flagged_lessons"],
-    )
+    write_table(path, table, columns)
     return path
 
 
@@ -365,12 +380,17 @@ def print_summary(rows: list[dict]) -> None:
 # ---- --keep: one gradebook with every submission, for formgrader -------------------------------------------------
 
 
-def import_into_gradebook(course: Path, student: str, sid: str, lesson: str, result: Result) -> None:
+def import_into_gradebook(
+    course: Path, student: str, sid: str, lesson: str, result: Result, handed_in: str = ""
+) -> None:
     """Put a worker's autograded notebook into the gradebook of the course it was graded in (course, or course-ko for
-    the Korean edition): formgrader reads it there."""
+    the Korean edition), with when it was handed in and its late penalty: formgrader and `nbgrader export` read
+    them there."""
+    import datetime
+
     import nbformat
     from nbgrader.api import Gradebook
-    from nbgrader.preprocessors import SaveAutoGrades
+    from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
 
     autograded = Path(result.autograded)
     for stage, src in (
@@ -382,17 +402,22 @@ def import_into_gradebook(course: Path, student: str, sid: str, lesson: str, res
             shutil.rmtree(dest)
         copy_regular_files(src, dest)  # a link a kernel made in its folder is never followed
     db_url = "sqlite:///" + str(course / "gradebook.db")
+    stamp = (
+        datetime.datetime.fromisoformat(handed_in).replace(tzinfo=None) if handed_in else None
+    )  # UTC, as nbgrader
     with Gradebook(db_url) as gradebook:
         gradebook.update_or_create_student(sid, first_name=student)
-        gradebook.update_or_create_submission(lesson, sid)
+        gradebook.update_or_create_submission(lesson, sid, **({"timestamp": stamp} if stamp else {}))
     resources = {"nbgrader": {"notebook": lesson, "assignment": lesson, "student": sid, "db_url": db_url}}
-    SaveAutoGrades().preprocess(nbformat.read(autograded, as_version=4), resources)
+    notebook = nbformat.read(autograded, as_version=4)
+    SaveAutoGrades().preprocess(notebook, resources)
+    AssignLatePenalties(config=load_config(course)).preprocess(notebook, resources)
 
 
 # ---- main --------------------------------------------------------------------------------------------------------
 
 
-def merge(paths: list[Path], out: Path) -> int:
+def merge(paths: list[Path], out: Path, solutions: Path) -> int:
     """Join the CSVs of several shards into one (and its per-student totals)."""
     columns, rows, seen = None, [], {}
     for path in paths:
@@ -414,7 +439,7 @@ def merge(paths: list[Path], out: Path) -> int:
                 rows.append(row)
     rows.sort(key=lambda r: (r["student"], r["lesson"]))
     write_csv(out, rows, columns)
-    totals = write_totals(out, rows)
+    totals = write_totals(out, rows, solutions)
     print(f"merged {len(paths)} files, {len(rows)} rows: wrote {out} and {totals}", file=sys.stderr)
     return 0
 
@@ -463,6 +488,21 @@ def parse_args(argv):
     )
     parser.add_argument("--merge", type=Path, nargs="+", metavar="CSV", help="join shard CSVs into --out")
     parser.add_argument(
+        "--due-dates",
+        type=Path,
+        metavar="CSV",
+        help="each lesson's due date: a CSV with the columns name and duedate, as `nbgrader db assignment import` "
+        "reads it; a row then says how late its lesson was handed in (nbgrader's timestamp.txt) and its total is "
+        "after the course's late penalty (nbgrader_config.py, LateSubmissionPlugin)",
+    )
+    parser.add_argument(
+        "--manual-grades",
+        type=Path,
+        metavar="DIR",
+        help="read the grades entered in formgrader in DIR (a --keep folder) into --out (a CSV grade.py wrote) and "
+        "its per-student table; grades nothing",
+    )
+    parser.add_argument(
         "--run-demonstrations",
         action="store_true",
         help="also run the lessons' demonstrations that grading leaves out (cells tagged skip-when-grading): "
@@ -498,6 +538,7 @@ class Plan:
     students: list[tuple[int, str]]  # (index among every student, folder name): this shard's
     settings: Settings
     shard: tuple[int, int] | None
+    due: dict[str, str] = dataclasses.field(default_factory=dict)  # lesson -> due date (nbgrader's, UTC)
 
 
 def plan(args: argparse.Namespace, out: Path) -> Plan:
@@ -534,6 +575,15 @@ def plan(args: argparse.Namespace, out: Path) -> Plan:
             f"no such lesson in {solutions}: {', '.join(unknown) or '(none at all)'}"
             + (f" (lessons: {', '.join(available)})" if available else "")
         )
+    due = {}
+    if args.due_dates is not None:
+        try:
+            due = parse_due_dates(args.due_dates)
+        except (OSError, ValueError) as error:
+            fail(f"--due-dates: {error}")
+        unknown = sorted(set(due) - set(available))
+        if unknown:
+            fail(f"--due-dates: no such lesson in {solutions}: {', '.join(unknown)}")
     students = list_students(submissions)
     if not students:
         fail(f"{args.submissions} has no student folders (expected {args.submissions}/<student>/<lesson>/)")
@@ -556,7 +606,7 @@ def plan(args: argparse.Namespace, out: Path) -> Plan:
         isolate=not args.no_isolation,
         run_demonstrations=args.run_demonstrations,
     )
-    return Plan(args, out, submissions, solutions, lessons, indexed, settings, shard)
+    return Plan(args, out, submissions, solutions, lessons, indexed, settings, shard, due)
 
 
 def prepare(plan: Plan, run: Path) -> tuple[dict[str, Path], dict[tuple[str, str], str], Settings]:
@@ -575,7 +625,7 @@ def prepare(plan: Plan, run: Path) -> tuple[dict[str, Path], dict[tuple[str, str
         name = "course" if language == ENGLISH else f"course-{language}"
         wanted = sorted({s for (_student, s), lang in chosen.items() if lang == language})
         courses[language] = prepare_course(
-            run, sources[language], plan.lessons if language == ENGLISH else wanted, name
+            run, sources[language], plan.lessons if language == ENGLISH else wanted, name, plan.due
         )
     kit = prepare_kit(run / "kit")
     return courses, chosen, dataclasses.replace(plan.settings, kit_dir=str(kit))
@@ -592,7 +642,7 @@ def grade_all(plan: Plan, tasks: list[Task], cells: dict, chosen: dict, writer: 
             edition = chosen[(task.student, task.lesson)]
             result.notes = _student_notes(task.student, edition) + _edition_notes(edition) + result.notes
             results[(task.student, task.lesson)] = (task, result)
-            row = make_row(task.student, task.lesson, cells[task.lesson], result)
+            row = make_row(task.student, task.lesson, cells[task.lesson], result, task.submitted_at)
             writer.append(row)
             flagged = " FLAGGED" if row["flags"] else ""
             print(
@@ -603,12 +653,35 @@ def grade_all(plan: Plan, tasks: list[Task], cells: dict, chosen: dict, writer: 
     return results
 
 
+def add_manual(kept: Path, out: Path) -> int:
+    """--manual-grades: the grades entered in formgrader in `kept` (a --keep folder), into the CSV `out` grade.py
+    wrote and its per-student table; the lessons' cells are those of the course kept there."""
+    solutions = kept / "course" / "solutions"
+    if not (kept / "course" / "gradebook.db").is_file():
+        fail(f"--manual-grades {kept}: not a folder grade.py --keep kept (no course/gradebook.db in it)")
+    if not out.is_file():
+        fail(f"--manual-grades: --out {out} does not exist (give the CSV grade.py wrote)")
+    with open(out, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        columns, rows = list(reader.fieldnames or []), list(reader)
+    if columns[:2] != ["student", "lesson"]:
+        fail(f"--manual-grades: {out} is not a CSV written by grade.py")
+    cells = {lesson: graded_cells(solutions / lesson) for lesson in {r["lesson"] for r in rows}}
+    changed = apply_manual_grades(rows, manual_grades(kept), cells)
+    write_csv(out, rows, columns)
+    totals = write_totals(out, rows, solutions)
+    print(f"{changed} grades entered in formgrader written into {out} and {totals}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """grade.py: plan the run, prepare its courses, grade every submission, report (docs/teach.md)."""
     args = parse_args(argv)
     out = check_out(args.out)
     if args.merge:
-        return merge(args.merge, out)
+        return merge(args.merge, out, args.solutions.resolve())
+    if args.manual_grades:
+        return add_manual(args.manual_grades, out)
     the_plan = plan(args, out)
     lessons, settings = the_plan.lessons, the_plan.settings
     shard = the_plan.shard
@@ -636,8 +709,11 @@ def main(argv: list[str] | None = None) -> int:
             columns += [g for g, _points, _manual in cells[slug] if g not in columns]
         writer = CsvWriter(out, columns + FIXED_COLUMNS_END)
         tasks = []
-        for index, student, slug in grading_order(the_plan.students, lessons):
-            sid = student_id(index, student)
+        ids = student_ids(
+            list_students(the_plan.submissions)
+        )  # every student's, so a shard's ids are the class's
+        for _index, student, slug in grading_order(the_plan.students, lessons):
+            sid = ids[student]
             work = run / "work" / f"{sid}-{slug}"
             work.mkdir(parents=True)
             folder = the_plan.submissions / student / slug
@@ -653,13 +729,17 @@ def main(argv: list[str] | None = None) -> int:
             writer.finish(_order(lessons))
             return 130
         flag_copies(results)
-        writer.rows = [make_row(t.student, t.lesson, cells[t.lesson], r) for t, r in results.values()]
+        writer.rows = [
+            make_row(t.student, t.lesson, cells[t.lesson], r, t.submitted_at) for t, r in results.values()
+        ]
         rows = writer.finish(_order(lessons))
         if args.keep is not None:
             for (student, slug), (task, result) in sorted(results.items()):
                 if result.autograded:
-                    import_into_gradebook(Path(task.template), student, task.student_id, slug, result)
-    totals = write_totals(out, rows)
+                    import_into_gradebook(
+                        Path(task.template), student, task.student_id, slug, result, task.submitted_at
+                    )
+    totals = write_totals(out, rows, the_plan.solutions)
     print_summary(rows)
     print(f"wrote {out} and {totals}", file=sys.stderr)
     return 0

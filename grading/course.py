@@ -71,8 +71,11 @@ def nbgrader_api(course: Path, **settings):
     return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
 
 
-def prepare_course(run: Path, solutions: Path, lessons: list[str], name: str = "course") -> Path:
-    """An nbgrader course in run/`name` with the lessons' sources and a gradebook that knows every graded cell."""
+def prepare_course(
+    run: Path, solutions: Path, lessons: list[str], name: str = "course", due: dict[str, str] | None = None
+) -> Path:
+    """An nbgrader course in run/`name` with the lessons' sources and a gradebook that knows every graded cell and
+    each lesson's due date in `due` (nbgrader then finds how late a submission is, and its late penalty)."""
     course = run / name
     course.mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
@@ -87,6 +90,13 @@ def prepare_course(run: Path, solutions: Path, lessons: list[str], name: str = "
             raise CourseError(
                 f"nbgrader generate_assignment {slug} failed:\n{result.get('error') or result.get('log')}"
             )
+    if due:
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+            for slug in lessons:
+                if slug in due:
+                    gradebook.update_or_create_assignment(slug, duedate=due[slug])
     return course
 
 

@@ -50,6 +50,12 @@ class Result:
     seconds: float = 0.0
     autograded: str = ""  # the autograded notebook (in the task's work folder)
     grader_error: bool = False
+    #: past the lesson's due date (nbgrader: the submission's timestamp.txt against the assignment's duedate);
+    #: None where either is unknown
+    seconds_late: float | None = None
+    late_penalty: float = (
+        0.0  # taken off by the course's LateSubmissionPlugin (nbgrader's AssignLatePenalties)
+    )
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self)))

@@ -239,10 +239,14 @@ def read_autograded(course: Path, slug: str, student: str, autograded, cells, re
     from grading.autograde import FINDINGS_KEY
 
     with Gradebook("sqlite:///" + str(course / "gradebook.db")) as gradebook:
-        for notebook in gradebook.find_submission(slug, student).notebooks:
+        submission = gradebook.find_submission(slug, student)
+        for notebook in submission.notebooks:
             for g in notebook.grades:
                 score = g.manual_score if g.manual_score is not None else g.auto_score
                 result.scores[g.name] = None if score is None else float(score)  # None: to grade by hand
+        if submission.timestamp is not None and submission.duedate is not None:
+            result.seconds_late = float(submission.total_seconds_late)
+        result.late_penalty = float(submission.late_submission_penalty or 0.0)
     findings = autograded.metadata.get(FINDINGS_KEY, {})
     result.notes += [str(n) for n in findings.get("notes", [])]
     result.flags += [str(f) for f in findings.get("flags", [])]

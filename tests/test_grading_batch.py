@@ -82,7 +82,15 @@ def test_shards_merged_give_the_same_csv(class_folder, one_at_a_time, tmp_path):
         shards.append(shard)
     merged = tmp_path / "grades.csv"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "grade.py"), "--merge", *map(str, shards), "--out", str(merged)],
+        [
+            sys.executable,
+            str(SCRIPTS / "grade.py"),
+            "--merge",
+            *map(str, shards),
+            "--out",
+            str(merged),
+            *COMMON[:2],
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -25,7 +25,7 @@ from nbgrader_pipeline import (
     write_notebook,
 )
 
-from grading.batch import student_id
+from grading.batch import student_ids
 from grading.course import graded_cells
 from grading.submission import grade_id, is_test_cell
 
@@ -106,9 +106,10 @@ def graded_both_ways(tmp_path_factory):
     shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
     shutil.copytree(solutions, course / "solutions")
     students = sorted(p.name for p in subs.iterdir())
-    for index, student in enumerate(students):
+    ids = student_ids(students)
+    for student in students:
         for lesson in (subs / student).iterdir():
-            shutil.copytree(lesson, course / "submitted" / student_id(index, student) / lesson.name)
+            shutil.copytree(lesson, course / "submitted" / ids[student] / lesson.name)
     env = cli_env(tmp)
     nbgrader = [sys.executable, "-m", "nbgrader"]
     for slug in ("00-fixture", "02-numeric-formats"):
@@ -145,8 +146,9 @@ def _verdicts(course, slug: str, sid: str) -> dict[str, str]:
 def test_nbgrader_autograde_gives_the_scores_and_verdicts_of_grade_py(graded_both_ways):
     rows, course, kept, students = graded_both_ways
     compared = 0
-    for index, student in enumerate(students):
-        sid = student_id(index, student)
+    ids = student_ids(students)
+    for student in students:
+        sid = ids[student]
         for row in [r for r in rows if r["student"] == student]:
             slug = row["lesson"]
             if not (course / "submitted" / sid / slug).is_dir():

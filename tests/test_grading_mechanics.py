@@ -59,6 +59,9 @@ SOLVED = {"e1_square_check": 4.0, "e2_add_check": 4.0, "e3_gpu_ones_check": GPU}
 ANOTHER_LESSON = ROOT / "lessons" / "02-numeric-formats" / "02-numeric-formats.ipynb"
 #: packages named like the course's in the folder grade.py is run from
 SHADOWED_PACKAGES = ("memlab", "grading", "autograders")
+#: the fixture lesson's due date (grade.py --due-dates) and when two students handed it in (nbgrader's timestamp.txt)
+DUE = "2026-12-01 12:00:00 UTC"
+HANDED_IN = {"solved": "2026-12-01 11:00:00.000000 UTC", "late": "2026-12-01 14:30:00.000000 UTC"}
 TIMEOUT = 6  # seconds per cell: the slowest cell of the fixture (import torch) takes ~2 s on 2 cores
 WRONG_ADD = ("return a + b", "return a - b")
 SHM_FILE = f"memlab-leak-{os.getpid()}"  # what one student leaves in /dev/shm and /tmp for the next
@@ -439,6 +442,10 @@ def graded(tmp_path_factory):
     put = lambda student, nb, name=NOTEBOOK: write_notebook(nb, subs / student / SLUG, name)  # noqa: E731
 
     put("solved", _solution())
+    (subs / "solved" / SLUG / "timestamp.txt").write_text(HANDED_IN["solved"])
+    put("late", _solution())
+    (subs / "late" / SLUG / "timestamp.txt").write_text(HANDED_IN["late"])
+    (tmp / "due.csv").write_text(f"name,duedate\n{SLUG},{DUE}\n")
     put("blank", learner)
     put("spaced name é", _solution())
     put(".dotted", _solution())
@@ -575,6 +582,8 @@ def graded(tmp_path_factory):
         "7",
         "--memory-limit",
         "3",
+        "--due-dates",
+        str(tmp / "due.csv"),
         cwd=instructor,
     )
     seconds = time.perf_counter() - start
@@ -617,9 +626,10 @@ def row(graded, student: str) -> dict:
 
 
 def student_id(graded, student: str) -> str:
-    """nbgrader's id of `student` in the kept course (grading.batch.student_id)."""
-    (sid,) = [p.name for p in (graded["course"] / "course" / "submitted").iterdir() if p.name[6:] == student]
-    return sid
+    """nbgrader's id of `student` in the kept course (grading.batch.student_ids)."""
+    from grading.batch import student_ids
+
+    return student_ids(sorted(p.name for p in graded["subs"].iterdir()))[student]
 
 
 pytestmark = pytest.mark.slow
@@ -646,6 +656,9 @@ def test_csv_columns_rows_and_totals(graded):
         "total",
         "max",
         "needs_manual",
+        "handed_in",
+        "seconds_late",
+        "late_penalty",
         "flags",
         "notes",
     ]
@@ -663,6 +676,90 @@ def test_csv_columns_rows_and_totals(graded):
     assert by_student["solved"]["total"] == f"{8 + GPU:g}" and by_student["solved"]["max"] == "12"
     assert by_student["solved"]["flagged_lessons"] == ""
     assert by_student["cheat_forge_pass"]["flagged_lessons"] == SLUG
+    assert (
+        by_student["late"][f"{SLUG} late (h)"] == "2.50"
+        and by_student["solved"][f"{SLUG} late (h)"] == "0.00"
+    )
+    assert by_student["blank"][f"{SLUG} handed in"] == "" and by_student["blank"][f"{SLUG} late (h)"] == ""
+
+
+def test_when_each_lesson_was_handed_in_and_how_late(graded):
+    """nbgrader's timestamp.txt against --due-dates: nbgrader's own autograde finds how late (and would take the
+    course's late penalty: nbgrader's default plugin takes none)."""
+    assert row(graded, "solved")["handed_in"] == "2026-12-01T11:00:00.000000+00:00"
+    assert (row(graded, "solved")["seconds_late"], row(graded, "late")["seconds_late"]) == ("0", "9000")
+    assert row(graded, "late")["late_penalty"] == "0" and scores(graded, "late") == SOLVED
+    assert (row(graded, "blank")["handed_in"], row(graded, "blank")["seconds_late"]) == ("", "")
+
+
+def test_grades_entered_in_formgrader_come_back_into_the_csv(graded, tmp_path):
+    """A written answer graded in the kept course's formgrader (the gradebook's manual score, as formgrader saves
+    it) and an autograded score a grader changed there: `grade.py --manual-grades` writes both into the CSV and the
+    per-student table; the kept course names each student by the folder's own name where it is a plain id."""
+    import shutil
+
+    from nbgrader.api import Gradebook
+
+    kept = tmp_path / "kept"
+    shutil.copytree(graded["course"], kept, symlinks=True)
+    with Gradebook("sqlite:///" + str(kept / "course" / "gradebook.db")) as gradebook:
+        assert {s.id for s in gradebook.students} >= {"solved", "blank", "late"}
+        gradebook.find_grade(MANUAL, SLUG, SLUG, "solved").manual_score = 1.5
+        gradebook.find_grade("e1_square_check", SLUG, SLUG, "blank").manual_score = 1
+        gradebook.db.commit()
+    out = tmp_path / "grades.csv"
+    shutil.copy(graded["out"], out)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "grade.py"), "--manual-grades", str(kept), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "2 grades entered in formgrader written into" in proc.stderr
+    with open(out, newline="", encoding="utf-8") as fh:
+        rows = {r["student"]: r for r in csv.DictReader(fh)}
+    assert (rows["solved"][MANUAL], rows["solved"]["total"], rows["solved"]["needs_manual"]) == (
+        "1.5",
+        f"{9.5 + GPU:g}",
+        "0",
+    )
+    assert "needs manual grading" not in rows["solved"]["notes"]
+    assert (rows["blank"]["e1_square_check"], rows["blank"]["total"]) == ("1", "1")
+    with open(out.with_name("grades-students.csv"), newline="", encoding="utf-8") as fh:
+        table = {r["student"]: r for r in csv.DictReader(fh)}
+    assert table["solved"][f"{SLUG}/{MANUAL}"] == "1.5" and table["solved"]["needs_manual"] == "0"
+
+
+def test_nbgrader_export_of_the_kept_course_is_the_per_student_table(graded, tmp_path):
+    """`nbgrader export` in the kept course (nbgrader_config.py: grading.export_plugin.ClassExport) gives the table
+    grade.py wrote, from the gradebook alone: the same students, points, times and flagged lessons."""
+    out = tmp_path / "export.csv"
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "export", "--to", str(out)],
+        cwd=graded["course"] / "course",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(out, newline="", encoding="utf-8") as fh:
+        exported = {r["student"]: r for r in csv.DictReader(fh)}
+    with open(graded["out"].with_name("grades-students.csv"), newline="", encoding="utf-8") as fh:
+        written = {r["student"]: r for r in csv.DictReader(fh)}
+    ids = {student: student_id(graded, student) for student in written}
+    for student in ("solved", "late", "blank", "cheat_forge_pass", "spaced name é"):
+        mine, theirs = written[student], exported[ids[student]]
+        for column in (
+            SLUG,
+            f"{SLUG}/{MANUAL}",
+            f"{SLUG} late (h)",
+            "total",
+            "max",
+            "needs_manual",
+            "flagged_lessons",
+        ):
+            assert theirs[column] == mine[column], (student, column)
 
 
 def test_solved_gets_its_points_and_the_written_answer_waits_for_a_human(graded):
