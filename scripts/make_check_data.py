@@ -20,6 +20,41 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def lesson01() -> dict:
+    """The public cases' bytes, measured with the grading references (bitsandbytes is needed: a learner who has it
+    runs its cases)."""
+    import bitsandbytes  # noqa: F401 - every public case, the 8-bit ones included
+
+    from autograders.lesson01 import (
+        E2_CASES,
+        E3_CASES,
+        E4_CASES,
+        E5_CASES,
+        _live_case_name,
+        _state_cases,
+        _step,
+        kv_config,
+    )
+    from autograders.references import lesson01 as ref
+
+    state = {}
+    for name, model, optimizer, steps in _state_cases():
+        _step(model, optimizer, steps)
+        state[name] = ref.state_bytes(model, optimizer)
+    return {
+        "optimizer_state_bytes": state,
+        "adamw8bit_state_bytes": {
+            name: ref.adamw8bit_state_bytes(shapes, size) for name, shapes, size in E2_CASES
+        },
+        "live_bytes": {_live_case_name(*case): ref.live_bytes(*case) for case in E3_CASES},
+        "kv_cache_bytes": {
+            name: ref.kv_cache_bytes(kv_config(heads), batch, seq, dtype)
+            for name, heads, batch, seq, dtype in E4_CASES
+        },
+        "training_state_bytes": {name: ref.zero_convention_bytes(*rest) for name, *rest in E5_CASES},
+    }
+
+
 def lesson02() -> dict:
     from autograders.lesson02 import _ulp_cases
     from autograders.references.lesson02 import ulp
@@ -95,6 +130,7 @@ def lesson07() -> dict:
 
 
 MAKERS = {
+    "lesson01": lesson01,
     "lesson02": lesson02,
     "lesson03": lesson03,
     "lesson04": lesson04,
