@@ -56,14 +56,18 @@ def lesson01() -> dict:
 
 
 def lesson02() -> dict:
-    from autograders.lesson02 import _ulp_cases
-    from autograders.references.lesson02 import ulp
+    from autograders.lesson02 import LIMIT_CASES, _ulp_cases
+    from autograders.references.lesson02 import torch_limits, ulp
     from memlab.formats import LESSON_FORMATS
 
     return {
+        "limits": {
+            name: {key: float(value).hex() for key, value in torch_limits(name).items()}
+            for name, _args in LIMIT_CASES
+        },
         "ulp": {
             name: {float(x).hex(): ulp(x, name).hex() for _, x in _ulp_cases(name)} for name in LESSON_FORMATS
-        }
+        },
     }
 
 
