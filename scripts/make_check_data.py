@@ -110,15 +110,29 @@ def lesson04() -> dict:
 
 
 def lesson05() -> dict:
-    """Per-rank bytes of the public ZeRO cases, measured on 2 gloo processes (memlab.distributed, ~10 s)."""
-    from autograders.lesson05 import ZERO_WIDTHS, measure_zero_bytes, zero_key
+    """Per-rank bytes of the public ZeRO cases, measured on 2 gloo processes (memlab.distributed, ~10 s), and of the
+    two that ZeRO's formulas give."""
+    from autograders.lesson05 import ZERO_WIDTHS, _zero_formula_cases, mlp_shapes, zero_key
+    from autograders.references.lesson05 import measure_zero_bytes, zero_formula_bytes
 
     measured = measure_zero_bytes(ZERO_WIDTHS)
     return {
         "zero_bytes_per_rank": {
             zero_key(*case): [dict(rank) for rank in ranks] for case, ranks in measured.items()
-        }
+        },
+        "zero_formula_bytes": {
+            name: zero_formula_bytes(mlp_shapes(widths), world, strategy)
+            for name, widths, world, strategy in _zero_formula_cases()
+        },
     }
+
+
+def lesson06() -> dict:
+    """Exercise 6.1's answers for the public training steps, read from the tracker's own trace of each."""
+    from autograders.lesson06 import _e1_public_cases, peak_trace
+    from autograders.references.lesson06 import expected_peak
+
+    return {"find_peak": {name: expected_peak(peak_trace(*build())) for name, build in _e1_public_cases()}}
 
 
 def lesson07() -> dict:
@@ -139,6 +153,7 @@ MAKERS = {
     "lesson03": lesson03,
     "lesson04": lesson04,
     "lesson05": lesson05,
+    "lesson06": lesson06,
     "lesson07": lesson07,
 }
 
