@@ -136,14 +136,19 @@ def lesson06() -> dict:
 
 
 def lesson07() -> dict:
-    """The scales of the public DelayedScaler sequences, from Transformer Engine's recipe (the reference)."""
-    from autograders.lesson07 import E2_PUBLIC, scales_of
-    from autograders.references.lesson07 import DelayedScaler
+    """The scales of the public DelayedScaler sequences, from Transformer Engine's recipe (the reference), and the
+    task's scale of the public tensors of Exercise 7.1."""
+    from autograders.lesson07 import E2_PUBLIC, FP8, _e1_cases, scales_of
+    from autograders.references.lesson07 import DelayedScaler, expected_scale
 
     return {
         "delayed_scaler": {
             name: [s.hex() for s in scales_of(DelayedScaler, *rest)] for name, *rest in E2_PUBLIC
-        }
+        },
+        "quantize_fp8_scale": {
+            fmt: {name: float(expected_scale(x, fp8_max)).hex() for name, x in _e1_cases()}
+            for fmt, (_layout, _dtype, fp8_max) in FP8.items()
+        },
     }
 
 
