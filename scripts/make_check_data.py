@@ -152,6 +152,14 @@ def lesson07() -> dict:
     }
 
 
+def lesson08() -> dict:
+    """The lesson's plans for the public cases of Exercise 8.1 (simulated 7B steps, cached by memlab.estimate)."""
+    from autograders.lesson08 import _e1_cases
+    from autograders.references.lesson08 import expected_plan
+
+    return {"plan_for": {case: expected_plan(gpu, seq)[0] for case, gpu, seq, _public in _e1_cases(None)}}
+
+
 MAKERS = {
     "lesson01": lesson01,
     "lesson02": lesson02,
@@ -160,6 +168,7 @@ MAKERS = {
     "lesson05": lesson05,
     "lesson06": lesson06,
     "lesson07": lesson07,
+    "lesson08": lesson08,
 }
 
 
