@@ -100,8 +100,8 @@ class _Quiet(warnings.catch_warnings):
 E1_PUBLIC = [(24, 1024), (80, 1024), (40, 2048), (16, 512), (16, 4096)]
 E1_DRAWN_GPUS = (12, 16, 20, 24, 32, 40, 48, 64, 80, 96)
 E1_DRAWN_SEQS = (256, 512, 768, 1024, 1536, 2048)
-#: the pairs of the drawn grid whose plan is decided within 3% of the budget (`expected_plan(gpu, seq)[1] < 0.03`):
-#: never drawn. Listed, so that the grading kernel draws its cases without simulating anything; the tests hold the
+#: the pairs of the drawn grid whose plan is decided within 3% of the budget (`expected_plan(gpu, seq)[1] < 0.03`,
+#: autograders/references/lesson08.py): never drawn. Listed, so that the grading kernel draws its cases without simulating anything; the tests hold the
 #: list against the simulation.
 E1_TOO_CLOSE = frozenset({(16, 256), (16, 768), (16, 1536), (20, 1024), (20, 2048)})
 

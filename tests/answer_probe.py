@@ -157,16 +157,19 @@ def main(release: Path, cases_path: Path, out: Path) -> None:
                     continue
                 calls += 1
                 start = time.monotonic()
-                signal.setitimer(signal.ITIMER_REAL, max(0.1, FUNCTION_SECONDS - spent.get(qualified, 0.0)))
                 try:
-                    result = function(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+                    try:
+                        left = max(0.1, FUNCTION_SECONDS - spent.get(qualified, 0.0))
+                        signal.setitimer(signal.ITIMER_REAL, left, 1.0)  # again each second, if swallowed
+                        result = function(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+                    finally:  # the timer may go off here too, just as the call ends: the outer handlers see it
+                        signal.setitimer(signal.ITIMER_REAL, 0)
                 except _TimeUp:
                     over_budget.append(qualified)
                     continue
                 except BaseException:  # noqa: BLE001 - whatever the call raised, it gave no answer
                     continue
                 finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
                     spent[qualified] = spent.get(qualified, 0.0) + time.monotonic() - start
                 try:
                     hit = any(reveals(result, part, rtol) for part in parts)

@@ -26,6 +26,7 @@ import json
 import shutil
 import subprocess
 import sys
+import uuid
 
 import pytest
 import test_autograders_lesson01 as l01
@@ -249,6 +250,30 @@ def _exercises() -> dict[str, dict]:
     return gathered
 
 
+def _end_leftovers(marker: str) -> list[int]:
+    """End the processes a probed function started and left behind (torchrun's workers live in sessions of their
+    own): those whose environment carries this probe's `marker`."""
+    import os
+    import signal
+    from pathlib import Path
+
+    ended = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environment = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"MEMLAB_ANSWER_PROBE={marker}".encode() in environment:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                ended.append(int(entry.name))
+            except OSError:
+                pass
+    return ended
+
+
 def test_no_released_function_returns_an_exercises_answer(released, tmp_path, learner_mode, capsys):
     exercises = _exercises()
     capsys.readouterr()  # the checks' lines
@@ -268,15 +293,19 @@ def test_no_released_function_returns_an_exercises_answer(released, tmp_path, le
         "MPLBACKEND": "Agg",
         "MEMLAB_SIMULATION_CACHE": str(simulations),
         "OMP_NUM_THREADS": "1",
+        "MEMLAB_ANSWER_PROBE": uuid.uuid4().hex,
     }
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "answer_probe.py"), str(released), str(cases), str(out)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "tests" / "answer_probe.py"), str(released), str(cases), str(out)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+    finally:
+        _end_leftovers(env["MEMLAB_ANSWER_PROBE"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     probed = json.loads(out.read_text())
     assert {f"autograders.lesson0{n}" for n in range(1, 9)} <= set(probed["modules"])
