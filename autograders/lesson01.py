@@ -1,15 +1,20 @@
 """Checks for lesson 01 — where training memory goes.
 
 Every expected value is measured (memlab's storage tracker around a real optimizer / training step, a real KV
-cache) or comes from the lesson's stated convention, written out in this module (`zero_convention_bytes`); none is a
-copy of a solution. Each is computed in a reference step (autograders/kit.py), so under grading only the judge ever
-has it. Under grading every check also draws cases of its own (`drawn_cases`): models, optimizers, shapes and
-set-ups that no public case has, measured the same way.
+cache) or comes from the lesson's stated convention (ZeRO's bookkeeping); none is a copy of a solution. What
+computes them answers the exercises, so it lives in the grading references (autograders/references/lesson01.py, not
+in the learner release): the public cases compare with values stored from it (autograders/data/lesson01.json,
+scripts/make_check_data.py), and under grading every check also draws cases of its own (`drawn_cases`: models,
+optimizers, shapes and set-ups that no public case has), which only the judge measures, in reference steps
+(autograders/kit.py).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import numbers
+from pathlib import Path
 
 import torch
 
@@ -26,12 +31,20 @@ from autograders.kit import (
     expect_keys,
     expect_type,
     needs_hardware,
+    read_only,
     reference,
+    references,
 )
-from memlab.measure import OPTIMIZER_STATE, measure_training_step, track_memory
 from memlab.models import mlp
 
 GiB = 1024**3
+DATA = Path(__file__).resolve().parent / "data" / "lesson01.json"
+
+
+@functools.cache
+def stored() -> dict:
+    """The expected values of the public cases, by check and case name (scripts/make_check_data.py)."""
+    return read_only(json.loads(DATA.read_text()))
 
 
 def _step(model: torch.nn.Module, optimizer, steps: int) -> None:
@@ -40,13 +53,6 @@ def _step(model: torch.nn.Module, optimizer, steps: int) -> None:
         for p in model.parameters():
             p.grad = torch.randn_like(p)
         optimizer.step()
-
-
-def _state_bytes(model: torch.nn.Module, optimizer) -> int:
-    """The optimizer-state bytes the storage tracker counts."""
-    with track_memory(model=model, optimizer=optimizer) as trace:
-        pass
-    return trace.current_by_category[OPTIMIZER_STATE]
 
 
 def _sgd_sharing_storage(model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -117,13 +123,21 @@ def _drawn_state_case(rng, i: int):
     return drawn(i, f"{name} on mlp({widths}), {steps} step(s)"), m, makers[name](m.parameters()), steps
 
 
+def _expected_state(name: str, model, optimizer, public: bool) -> int:
+    """A reference step: the stored bytes of a public case; a drawn one's, measured by the grading reference."""
+    if public:
+        return stored()["optimizer_state_bytes"][name]
+    return references("lesson01").state_bytes(model, optimizer)
+
+
 @check("e1_optimizer_state_bytes", points=2)
 def check_optimizer_state_bytes(optimizer_state_bytes) -> int:
     expect_callable(optimizer_state_bytes, "optimizer_state_bytes")
-    cases = _state_cases() + drawn_cases("e1_optimizer_state_bytes", 2, _drawn_state_case)
-    for name, model, optimizer, steps in cases:
+    cases = [(*case, True) for case in _state_cases()]
+    cases += [(*case, False) for case in drawn_cases("e1_optimizer_state_bytes", 2, _drawn_state_case)]
+    for name, model, optimizer, steps, public in cases:
         _step(model, optimizer, steps)
-        expected = reference(lambda: _state_bytes(model, optimizer))  # noqa: B023 - called at once
+        expected = reference(lambda: _expected_state(name, model, optimizer, public))  # noqa: B023 - called at once
         got = call(optimizer_state_bytes, optimizer, case=name)
         expect_type(got, numbers.Integral, case=name, what=_("the byte count"))
         expect_close(got, expected, case=name, what=_("the optimizer-state bytes"))
@@ -136,12 +150,22 @@ def _drawn_8bit_case(rng, i: int):
     return drawn(i, f"shapes {shapes}, min_8bit_size={min_size}"), shapes, min_size
 
 
-def _adamw8bit_state_bytes(bnb, shapes, min_8bit_size: int) -> int:
-    """AdamW8bit's state bytes for parameters of `shapes`, measured after one step."""
-    holder = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(shape)) for shape in shapes])
-    optimizer = bnb.optim.AdamW8bit(holder.parameters(), min_8bit_size=min_8bit_size)
-    _step(holder, optimizer, 1)
-    return _state_bytes(holder, optimizer)
+#: (name, shapes, min_8bit_size) of the public cases
+E2_CASES = [
+    ("one 64x128 matrix", [(64, 128)], 4096),
+    ("a small MLP's shapes (two 8-bit matrices)", [(128, 64), (128,), (40, 128), (40,)], 4096),
+    ("a matrix not a multiple of the block size", [(1000, 7), (7,)], 4096),
+    ("everything too small for 8 bits", [(50, 50), (50,)], 4096),
+    ("min_8bit_size lowered to 100", [(50, 50), (50,)], 100),
+    ("min_8bit_size raised to 100,000", [(256, 256), (300, 300)], 100_000),
+]
+
+
+def _expected_8bit(name: str, shapes, min_8bit_size: int, public: bool) -> int:
+    """A reference step: the stored bytes of a public case; a drawn one's, measured by the grading reference."""
+    if public:
+        return stored()["adamw8bit_state_bytes"][name]
+    return references("lesson01").adamw8bit_state_bytes(shapes, min_8bit_size)
 
 
 @check("e2_adamw8bit_state_bytes", points=2)
@@ -152,19 +176,10 @@ def check_adamw8bit_state_bytes(adamw8bit_state_bytes) -> int:
     got = call(adamw8bit_state_bytes, [(64, 128)], min_8bit_size=4096, case=first)
     expect_type(got, numbers.Integral, case=first, what=_("the byte count"))
     needs_hardware(packages=("bitsandbytes",), passed=_("your function returns an int"))
-    import bitsandbytes as bnb
-
-    cases = [
-        ("one 64x128 matrix", [(64, 128)], 4096),
-        ("a small MLP's shapes (two 8-bit matrices)", [(128, 64), (128,), (40, 128), (40,)], 4096),
-        ("a matrix not a multiple of the block size", [(1000, 7), (7,)], 4096),
-        ("everything too small for 8 bits", [(50, 50), (50,)], 4096),
-        ("min_8bit_size lowered to 100", [(50, 50), (50,)], 100),
-        ("min_8bit_size raised to 100,000", [(256, 256), (300, 300)], 100_000),
-    ]
-    cases += drawn_cases("e2_adamw8bit_state_bytes", 2, _drawn_8bit_case)
-    for name, shapes, min_8bit_size in cases:
-        expected = reference(lambda: _adamw8bit_state_bytes(bnb, shapes, min_8bit_size))  # noqa: B023
+    cases = [(*case, True) for case in E2_CASES]
+    cases += [(*case, False) for case in drawn_cases("e2_adamw8bit_state_bytes", 2, _drawn_8bit_case)]
+    for name, shapes, min_8bit_size, public in cases:
+        expected = reference(lambda: _expected_8bit(name, shapes, min_8bit_size, public))  # noqa: B023
         got = call(adamw8bit_state_bytes, [tuple(s) for s in shapes], min_8bit_size=min_8bit_size, case=name)
         expect_type(got, numbers.Integral, case=name, what=_("the byte count"))
         expect_close(got, expected, case=name, what=_("the predicted AdamW8bit state bytes"), reveal=False)
@@ -188,31 +203,34 @@ def _drawn_live_case(rng, i: int):
     return drawn(i, f"widths={widths}, batch={batch}, {optimizer_name}"), (widths, batch, optimizer_name)
 
 
-def _live_bytes(widths: list[int], batch: int, optimizer_name: str) -> dict[str, int]:
-    """The live bytes at each mark of one tracked training step of the fp32 MLP."""
-    torch.manual_seed(0)
-    model = mlp(widths)
-    x, y = torch.randn(batch, widths[0]), torch.randint(0, widths[-1], (batch,))
-    trace = measure_training_step(model, (x, y), _mlp_optimizer(optimizer_name, model))
-    return {m.name: m.current_bytes for m in trace.marks}
+#: (widths, batch, optimizer) of the public cases
+E3_CASES = [
+    ([100, 200, 10], 32, "adamw"),
+    ([64, 256, 256, 4], 8, "sgd-momentum"),
+    ([20, 500, 2], 128, "sgd"),
+    ([300, 100, 100, 100, 50], 64, "adamw"),
+    ([16, 16], 1000, "sgd-momentum"),  # a single Linear: no ReLU at all
+]
+
+
+def _live_case_name(widths, batch: int, optimizer_name: str) -> str:
+    return f"widths={widths}, batch={batch}, {optimizer_name}"
+
+
+def _expected_live(name: str, widths, batch: int, optimizer_name: str, public: bool) -> dict[str, int]:
+    """A reference step: the stored live bytes of a public case; a drawn one's, measured by the grading reference."""
+    if public:
+        return stored()["live_bytes"][name]
+    return references("lesson01").live_bytes(widths, batch, optimizer_name)
 
 
 @check("e3_predict_live_bytes", points=3)
 def check_predict_live_bytes(predict_live_bytes) -> int:
     expect_callable(predict_live_bytes, "predict_live_bytes")
-    cases = [
-        ([100, 200, 10], 32, "adamw"),
-        ([64, 256, 256, 4], 8, "sgd-momentum"),
-        ([20, 500, 2], 128, "sgd"),
-        ([300, 100, 100, 100, 50], 64, "adamw"),
-        ([16, 16], 1000, "sgd-momentum"),  # a single Linear: no ReLU at all
-    ]
-    names = [f"widths={w}, batch={b}, {o}" for w, b, o in cases]
-    for name, case in drawn_cases("e3_predict_live_bytes", 2, _drawn_live_case):
-        names.append(name)
-        cases.append(case)
-    for name, (widths, batch, optimizer_name) in zip(names, cases):
-        measured = reference(lambda: _live_bytes(widths, batch, optimizer_name))  # noqa: B023
+    cases = [(_live_case_name(*case), case, True) for case in E3_CASES]
+    cases += [(*case, False) for case in drawn_cases("e3_predict_live_bytes", 2, _drawn_live_case)]
+    for name, (widths, batch, optimizer_name), public in cases:
+        measured = reference(lambda: _expected_live(name, widths, batch, optimizer_name, public))  # noqa: B023
         got = call(predict_live_bytes, list(widths), batch, optimizer_name, case=name)
         expect_keys(got, MARKS, case=name, what=_("the returned dict"))
         for mark in MARKS:
@@ -234,68 +252,70 @@ def _drawn_kv_case(rng, i: int):
     return drawn(i, label), heads, batch, seq, dtype
 
 
-def _kv_cache_bytes(config, batch: int, seq: int, dtype: torch.dtype) -> int:
-    """The bytes of the KV cache a real Llama of `config` builds for `batch` x `seq` tokens."""
-    from transformers import LlamaForCausalLM
+#: (name, attention heads, batch, seq, dtype) of the public cases
+E4_CASES = [
+    (
+        "multi-head attention, fp32",
+        dict(num_attention_heads=4, num_key_value_heads=4),
+        2,
+        17,
+        torch.float32,
+    ),
+    (
+        "grouped-query attention (2 KV heads)",
+        dict(num_attention_heads=8, num_key_value_heads=2),
+        3,
+        40,
+        torch.float32,
+    ),
+    (
+        "bf16 cache, one sequence",
+        dict(num_attention_heads=4, num_key_value_heads=1),
+        1,
+        64,
+        torch.bfloat16,
+    ),
+    (
+        "an explicit head_dim (32, not hidden_size // heads = 16)",
+        dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32),
+        2,
+        9,
+        torch.float32,
+    ),
+    (
+        "num_key_value_heads not given (so one per attention head)",
+        dict(num_attention_heads=8),
+        1,
+        12,
+        torch.float32,
+    ),
+]
 
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(dtype).eval()
-    with torch.no_grad():
-        output = model(input_ids=torch.randint(0, 100, (batch, seq)), use_cache=True)
-    # transformers 5.24 renamed the output's `past_key_values` to `cache` (the old name warns on every read)
-    cache = getattr(output, "cache", None)
-    cache = output.past_key_values if cache is None else cache
-    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+
+def kv_config(heads: dict):
+    """The case's Llama config: 3 layers of hidden size 64, with `heads`."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=3, vocab_size=100, **heads, use_cache=True
+    )
+
+
+def _expected_kv(name: str, config, batch: int, seq: int, dtype: torch.dtype, public: bool) -> int:
+    """A reference step: the stored bytes of a public case; a drawn one's, measured by the grading reference."""
+    if public:
+        return stored()["kv_cache_bytes"][name]
+    return references("lesson01").kv_cache_bytes(config, batch, seq, dtype)
 
 
 @check("e4_kv_cache_bytes", points=1)
 def check_kv_cache_bytes(kv_cache_bytes) -> int:
-    from transformers import LlamaConfig
-
     expect_callable(kv_cache_bytes, "kv_cache_bytes")
-    cases = [
-        (
-            "multi-head attention, fp32",
-            dict(num_attention_heads=4, num_key_value_heads=4),
-            2,
-            17,
-            torch.float32,
-        ),
-        (
-            "grouped-query attention (2 KV heads)",
-            dict(num_attention_heads=8, num_key_value_heads=2),
-            3,
-            40,
-            torch.float32,
-        ),
-        (
-            "bf16 cache, one sequence",
-            dict(num_attention_heads=4, num_key_value_heads=1),
-            1,
-            64,
-            torch.bfloat16,
-        ),
-        (
-            "an explicit head_dim (32, not hidden_size // heads = 16)",
-            dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32),
-            2,
-            9,
-            torch.float32,
-        ),
-        (
-            "num_key_value_heads not given (so one per attention head)",
-            dict(num_attention_heads=8),
-            1,
-            12,
-            torch.float32,
-        ),
-    ]
-    cases += drawn_cases("e4_kv_cache_bytes", 2, _drawn_kv_case)
-    for name, heads, batch, seq, dtype in cases:
-        config = LlamaConfig(
-            hidden_size=64, intermediate_size=96, num_hidden_layers=3, vocab_size=100, **heads, use_cache=True
-        )
-        expected = reference(lambda: _kv_cache_bytes(config, batch, seq, dtype))  # noqa: B023
+    cases = [(*case, True) for case in E4_CASES]
+    cases += [(*case, False) for case in drawn_cases("e4_kv_cache_bytes", 2, _drawn_kv_case)]
+    for name, heads, batch, seq, dtype, public in cases:
+        config = kv_config(heads)
+        expected = reference(lambda: _expected_kv(name, config, batch, seq, dtype, public))  # noqa: B023
         got = call(
             kv_cache_bytes, config, batch, seq, bytes_per_value=torch.finfo(dtype).bits // 8, case=name
         )
@@ -304,19 +324,17 @@ def check_kv_cache_bytes(kv_cache_bytes) -> int:
     return len(cases)
 
 
-#: ZeRO's bookkeeping (Rajbhandari et al. 2020, arXiv:1910.02054, §3.1: 2 + 2 + 12 = 16 B per parameter for
-#: mixed-precision Adam), written out here on its own; tests/test_autograders_lesson01.py checks that
-#: memlab.estimate.model_state_bytes, which the lesson uses elsewhere, agrees with it.
-FORMAT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-OPTIMIZER_BYTES = {"sgd": 0, "sgd-momentum": 4, "adamw": 8, "adamw-8bit": 2, "lion": 4}
-
-
-def zero_convention_bytes(n_params: int, n_trainable: int, weights: str, optimizer: str) -> int:
-    """Every parameter's weight; for each trainable one a gradient in the weights' format, an fp32 master copy
-    unless the weights are fp32, and the optimizer's state."""
-    w = FORMAT_BYTES[weights]
-    master = 0 if weights == "fp32" else 4
-    return n_params * w + n_trainable * (w + master + OPTIMIZER_BYTES[optimizer])
+N7B, LORA_QV = 6_738_415_616, 4_194_304
+#: (name, parameters, trainable, weights, optimizer) of the public cases; expected: ZeRO's bookkeeping
+#: (autograders/references/lesson01.py, `zero_convention_bytes`)
+E5_CASES = [
+    ("7B full fine-tuning, bf16 + AdamW", N7B, N7B, "bf16", "adamw"),
+    ("7B full fine-tuning, fp32 + AdamW", N7B, N7B, "fp32", "adamw"),
+    ("7B full fine-tuning, bf16 + 8-bit AdamW", N7B, N7B, "bf16", "adamw-8bit"),
+    ("7B LoRA r=8 on q,v, bf16 base", N7B, LORA_QV, "bf16", "adamw"),
+    ("1B full fine-tuning, bf16 + SGD", 1_000_000_000, 1_000_000_000, "bf16", "sgd"),
+    ("125M fp16 + Lion", 125_000_000, 125_000_000, "fp16", "lion"),
+]
 
 
 def _drawn_state_bytes_case(rng, i: int):
@@ -328,21 +346,25 @@ def _drawn_state_bytes_case(rng, i: int):
     return drawn(i, label), n_params, n_trainable, weights, optimizer
 
 
+def _expected_state_bytes(
+    name: str, n_params, n_trainable, weights: str, optimizer: str, public: bool
+) -> int:
+    """A reference step: the stored bytes of a public case; a drawn one's, ZeRO's bookkeeping (the grading
+    reference)."""
+    if public:
+        return stored()["training_state_bytes"][name]
+    return references("lesson01").zero_convention_bytes(n_params, n_trainable, weights, optimizer)
+
+
 @check("e5_training_state_bytes", points=2)
 def check_training_state_bytes(training_state_bytes) -> int:
     expect_callable(training_state_bytes, "training_state_bytes")
-    n7b, lora = 6_738_415_616, 4_194_304
-    cases = [
-        ("7B full fine-tuning, bf16 + AdamW", n7b, n7b, "bf16", "adamw"),
-        ("7B full fine-tuning, fp32 + AdamW", n7b, n7b, "fp32", "adamw"),
-        ("7B full fine-tuning, bf16 + 8-bit AdamW", n7b, n7b, "bf16", "adamw-8bit"),
-        ("7B LoRA r=8 on q,v, bf16 base", n7b, lora, "bf16", "adamw"),
-        ("1B full fine-tuning, bf16 + SGD", 1_000_000_000, 1_000_000_000, "bf16", "sgd"),
-        ("125M fp16 + Lion", 125_000_000, 125_000_000, "fp16", "lion"),
-    ]
-    cases += drawn_cases("e5_training_state_bytes", 3, _drawn_state_bytes_case)
-    for name, n_params, n_trainable, weights, optimizer in cases:
-        expected = reference(lambda: zero_convention_bytes(n_params, n_trainable, weights, optimizer))  # noqa: B023
+    cases = [(*case, True) for case in E5_CASES]
+    cases += [(*case, False) for case in drawn_cases("e5_training_state_bytes", 3, _drawn_state_bytes_case)]
+    for name, n_params, n_trainable, weights, optimizer, public in cases:
+        expected = reference(
+            lambda: _expected_state_bytes(name, n_params, n_trainable, weights, optimizer, public)  # noqa: B023
+        )
         got = call(training_state_bytes, n_params, n_trainable, weights, optimizer, case=name)
         expect_type(got, numbers.Real, case=name, what=_("the byte count"))
         expect_close(got, expected, case=name, what=_("the training-state bytes"), rtol=1e-9, reveal=False)

@@ -2,10 +2,11 @@
 
 Every reference is torch's own reading of the bits (`Tensor.view` of an integer tensor as the float dtype), torch's
 `finfo`, or torch's own cast (`.to(torch.bfloat16)`); for fp16 and fp32 numpy's reading is compared with torch's as
-well. None is a copy of a solution. The ulps of the public cases are stored values (autograders/data/lesson02.json,
-made from autograders/references/lesson02.py, which is not in the learner release). Every expected value is
-computed in a reference step (autograders/kit.py), so under grading only the judge ever has it; the learner's
-results are taken as plain data (floats, dicts, tensors). Under grading every check also draws cases of its own
+well (tests/test_autograders_lesson02.py for the public cases, the grading reference for the drawn ones). None is a
+copy of a solution. The limits and ulps of the public cases are stored values (autograders/data/lesson02.json, made
+from autograders/references/lesson02.py, which is not in the learner release). Every expected value is computed in a
+reference step (autograders/kit.py), so under grading only the judge ever has it; the learner's results are taken
+as plain data (floats, dicts, tensors). Under grading every check also draws cases of its own
 (`drawn_cases`): fp32 bit patterns, formats torch does not have, random tensors and values. The messages say which
 bit pattern / case is wrong and what the learner returned, never the value the exercise asks for.
 """
@@ -46,7 +47,6 @@ from memlab.formats import FORMATS, LESSON_FORMATS, FloatFormat, bit_fields, to_
 
 _NUMPY_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 _NUMPY_INT = {16: np.int16, 32: np.int32, 64: np.int64}
-_NUMPY_FLOAT = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64}
 
 
 def _as_unsigned(patterns, f: FloatFormat) -> np.ndarray:
@@ -59,14 +59,6 @@ def torch_decode(patterns, f: FloatFormat) -> np.ndarray:
     if f.int_dtype.is_signed:
         raw = raw.view(_NUMPY_INT[f.bits])
     return torch.from_numpy(raw).view(f.dtype).to(torch.float64).numpy()
-
-
-def numpy_decode(patterns, f: FloatFormat) -> np.ndarray | None:
-    """float64 values numpy gives these bit patterns (fp16, fp32, fp64 only; else None)."""
-    if f.name not in _NUMPY_FLOAT:
-        return None
-    with np.errstate(invalid="ignore"):  # fp16 NaN -> float64 warns, and is still NaN
-        return _as_unsigned(patterns, f).view(_NUMPY_FLOAT[f.name]).astype(np.float64)
 
 
 def _same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -116,19 +108,6 @@ def _fp32_patterns() -> list[int]:
 def _decode_patterns(name: str) -> tuple[int, ...]:
     """The bit patterns the check decodes in `name`: every one, or for fp32 the edges, exponents and a sample."""
     return tuple(_fp32_patterns() if name == "fp32" else range(1 << FORMATS[name].bits))
-
-
-@functools.cache
-def _decode_reference(name: str) -> tuple[list[int], list[float]]:
-    f = FORMATS[name]
-    patterns = list(_decode_patterns(name))
-    by_torch = torch_decode(patterns, f)
-    by_numpy = numpy_decode(patterns, f)
-    if by_numpy is not None and not _same_values(by_torch, by_numpy).all():
-        raise RuntimeError(
-            f"torch and numpy disagree on some {name} bit patterns: the check cannot be trusted"
-        )
-    return read_only((patterns, by_torch.tolist()))
 
 
 def pattern_class(bits: int, f: FloatFormat) -> str:
@@ -219,8 +198,11 @@ def _decode_all(decode, patterns, name: str) -> torch.Tensor:
 
 
 def _expected_decode(name: str, patterns: list[int], public: bool) -> list[float]:
-    """torch's values of the patterns: for a public run cross-checked with numpy (and cached)."""
-    return list(_decode_reference(name)[1]) if public else torch_decode(patterns, FORMATS[name]).tolist()
+    """torch's values of the patterns: for a drawn run, the grading reference's (torch's, cross-checked with numpy
+    where numpy has the format); tests/test_autograders_lesson02.py cross-checks the public patterns."""
+    if public:
+        return torch_decode(patterns, FORMATS[name]).tolist()
+    return references("lesson02").decode(patterns, name)
 
 
 @check("e1_decode", points=3)
@@ -259,15 +241,17 @@ LIMIT_CASES = [
 ]
 
 
-def reference_limits(name: str) -> dict[str, float]:
-    f = FORMATS[name]
-    info = torch.finfo(f.dtype)
-    return {
-        "max": info.max,
-        "min_normal": info.smallest_normal,
-        "min_subnormal": float(torch_decode([1], f)[0]),  # torch.finfo has no smallest subnormal
-        "eps": info.eps,
-    }
+DATA = Path(__file__).resolve().parent / "data" / "lesson02.json"
+
+
+@functools.cache
+def public_limits() -> dict[str, dict[str, float]]:
+    """{format: limits} of the public formats: torch's `finfo` and smallest subnormal, stored
+    (scripts/make_check_data.py)."""
+    stored = json.loads(DATA.read_text())["limits"]
+    return read_only(
+        {name: {key: float.fromhex(h) for key, h in table.items()} for name, table in stored.items()}
+    )
 
 
 def _drawn_limits_case(rng, i: int) -> tuple[str, tuple, None]:
@@ -279,8 +263,8 @@ def _drawn_limits_case(rng, i: int) -> tuple[str, tuple, None]:
 
 
 def _expected_limits(name: str | None, args: tuple) -> dict[str, float]:
-    """torch's limits of a public format (`name`), the grading reference's of a drawn one (name None)."""
-    return reference_limits(name) if name is not None else references("lesson02").limits(*args)
+    """torch's limits of a public format (`name`, stored), the grading reference's of a drawn one (name None)."""
+    return public_limits()[name] if name is not None else references("lesson02").limits(*args)
 
 
 @check("e2_format_limits", points=2)
@@ -473,9 +457,6 @@ def _ulp_cases(name: str) -> list[tuple[str, float]]:
         (f"a float64 just below a power of two, not a {name} number", math.nextafter(8.0, 0.0)),
         (f"a float64 just below a power of two, not a {name} number", -math.nextafter(256.0, 0.0)),
     ]
-
-
-DATA = Path(__file__).resolve().parent / "data" / "lesson02.json"
 
 
 @functools.cache

@@ -9,9 +9,10 @@ update must equal a full-batch SGD update computed by hand. Every model and batc
 BERT models built with `memlab.models`), built apart for the learner's code (inside its learner steps, which return
 what it did as plain data) and for the expected values (reference steps, autograders/kit.py: under grading only the
 judge computes them). Under grading each check also draws cases of its own (`drawn_cases`). `zero_bytes_per_rank` is
-compared with bytes measured on 2 gloo processes (`memlab.distributed`): stored for the public cases
-(autograders/data/lesson05.json, scripts/make_check_data.py), measured by the judge for the cases drawn at grading
-time.
+compared with bytes measured on 2 gloo processes (`memlab.distributed`) or given by ZeRO's formulas: stored for the
+public cases (autograders/data/lesson05.json, scripts/make_check_data.py), measured by the judge for the cases drawn
+at grading time (autograders/references/lesson05.py, which is not in the learner release: measuring them answers
+the exercise).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from autograders.kit import (
     learner,
     read_only,
     reference,
+    references,
 )
 from memlab.models import build_model, mlp, tiny_bert_config, tiny_llama_config
 
@@ -675,15 +677,19 @@ def check_seq_cls_loss(seq_cls_loss) -> int:
 
 
 # ---- e3: zero_bytes_per_rank ------------------------------------------------------------------------------------
-# No reference answer: the expected bytes are measured. The public cases were measured once on 2 gloo processes by
-# scripts/make_check_data.py (memlab.distributed's "zero_memory" job, memlab.measure.track_memory in every rank) and
-# are stored in autograders/data/lesson05.json; the cases drawn at grading time are measured by the judge (a
-# reference step: never in the grading kernel). Two more public cases need no measurement: ZeRO's own formulas where every first dimension divides the ranks.
+# The expected bytes are measured. The public cases were measured once on 2 gloo processes by
+# scripts/make_check_data.py (memlab.distributed's "zero_memory" job, memlab.measure.track_memory in every rank, run
+# by autograders/references/lesson05.py) and are stored in autograders/data/lesson05.json; the cases drawn at grading
+# time are measured by the judge (a reference step: never in the grading kernel). Two more public cases need no
+# measurement: ZeRO's own formulas where every first dimension divides the ranks (stored too).
 
 DATA = Path(__file__).resolve().parent / "data" / "lesson05.json"
 ZERO_STRATEGIES = ("ddp", "zero1", "fsdp2")
 ZERO_KEYS = ("parameters", "gradients", "optimizer state")
 ZERO_WIDTHS = ((256, 512, 512, 10), (100, 37, 11), (64, 3, 5), (30, 60, 60, 60, 7))
+#: (widths, ranks, strategy) of the public cases that ZeRO's formulas give exactly (every first dimension divides the
+#: ranks)
+ZERO_FORMULA_CASES = (((64, 128, 32), 4, "fsdp2"), ((40, 24, 8), 8, "ddp"))
 
 
 def mlp_shapes(widths) -> list[tuple[int, ...]]:
@@ -694,33 +700,6 @@ def mlp_shapes(widths) -> list[tuple[int, ...]]:
 def zero_key(widths, strategy: str) -> str:
     """How a public case is named in autograders/data/lesson05.json: "256x512x10:fsdp2"."""
     return "x".join(map(str, widths)) + ":" + strategy
-
-
-def measure_zero_bytes(widths_list, strategies=ZERO_STRATEGIES) -> dict:
-    """{(widths, strategy): [per-rank {category: bytes}]} measured on 2 gloo processes, one torchrun launch (read-only;
-    the same MLPs are measured once per process: the bytes of a configuration are the same every time)."""
-    return _measured_zero_bytes(tuple(tuple(widths) for widths in widths_list), tuple(strategies))
-
-
-@functools.cache
-def _measured_zero_bytes(widths_list: tuple, strategies: tuple):
-    from memlab.distributed import launch
-
-    jobs = {
-        f"zero_memory#{i}": dict(widths=list(widths), strategies=list(strategies))
-        for i, widths in enumerate(widths_list)
-    }
-    measured = launch(jobs)
-    return read_only(
-        {
-            (tuple(widths), strategy): [
-                {key: rank["strategies"][strategy]["after_step"][key] for key in ZERO_KEYS}
-                for rank in measured[f"zero_memory#{i}"]
-            ]
-            for i, widths in enumerate(widths_list)
-            for strategy in strategies
-        }
-    )
 
 
 @functools.cache
@@ -745,32 +724,12 @@ def _public_zero_cases() -> list[tuple[tuple[int, ...], str]]:
     )
 
 
-def _public_expected(widths, strategy: str):
-    return public_zero_bytes()[(widths, strategy)]
-
-
-def zero_formula_bytes(shapes, world: int, strategy: str) -> list[dict[str, int]]:
-    """ZeRO's formulas, exact where each rank holds exactly 1/N of every tensor (fp32 AdamW: 4 B per parameter
-    for weights and gradients, 8 B for the two moments, and one 4-byte `step` per parameter tensor it updates)."""
-    psi = sum(math.prod(s) for s in shapes)
-    n = world if strategy == "fsdp2" else 1
-    per_rank = {
-        "parameters": 4 * psi // n,
-        "gradients": 4 * psi // n,
-        "optimizer state": 8 * psi // n + 4 * len(shapes),
-    }
-    return [dict(per_rank) for _ in range(world)]
-
-
-def _zero_formula_cases():
-    """(name, shapes, world, strategy, expected bytes): two cases every first dimension of which divides the
-    ranks, so that ZeRO's formulas are exact."""
-    cases = []
-    for widths, world, strategy in (((64, 128, 32), 4, "fsdp2"), ((40, 24, 8), 8, "ddp")):
-        shapes = mlp_shapes(widths)
-        expected = functools.partial(zero_formula_bytes, shapes, world, strategy)
-        cases.append((f"{strategy}, {world} ranks, widths {widths}", shapes, world, strategy, expected))
-    return cases
+def _zero_formula_cases() -> list[tuple[str, tuple[int, ...], int, str]]:
+    """(name, widths, ranks, strategy) of the public cases that ZeRO's formulas give exactly."""
+    return [
+        (f"{strategy}, {world} ranks, widths {widths}", widths, world, strategy)
+        for widths, world, strategy in ZERO_FORMULA_CASES
+    ]
 
 
 def _drawn_zero_widths(rng: random.Random, i: int) -> tuple[int, ...]:
@@ -778,45 +737,48 @@ def _drawn_zero_widths(rng: random.Random, i: int) -> tuple[int, ...]:
     return tuple(rng.randint(2, 300) for _ in range(depth + 1))
 
 
-def _drawn_zero_cases() -> list:
-    """Three cases (one per strategy) for each of two MLPs drawn at grading time; their bytes are measured on 2
-    gloo processes, all in one launch, the first time one of them is expected."""
-    widths_list = drawn_cases("e3_zero_bytes_per_rank", 2, _drawn_zero_widths)
-    measured: dict = {}
+def _expected_zero(source: tuple, widths: tuple[int, ...], strategy: str) -> list[dict[str, int]]:
+    """A reference step: the per-rank bytes of a case, by where they come from (`source`): ("measured",) a public
+    case measured once and stored, ("formula", name) a public case of ZeRO's formulas, stored, or ("drawn", every
+    drawn widths) a case drawn at grading time, which the grading reference measures (all the drawn MLPs in one
+    launch, the first time one of them is expected)."""
+    kind = source[0]
+    if kind == "measured":
+        return public_zero_bytes()[(widths, strategy)]
+    if kind == "formula":
+        return stored_formula_bytes()[source[1]]
+    return references("lesson05").measure_zero_bytes(source[1])[(widths, strategy)]
 
-    def expected(widths, strategy):
-        if not measured:
-            measured.update(measure_zero_bytes(widths_list))
-        return measured[(widths, strategy)]
 
-    cases, i = [], 0
-    for widths in widths_list:
-        for strategy in ZERO_STRATEGIES:
-            i += 1
-            name = drawn(i, f"{strategy}, 2 ranks, mlp widths {widths}")
-            cases.append(
-                (name, mlp_shapes(widths), 2, strategy, functools.partial(expected, widths, strategy))
-            )
-    return cases
+@functools.cache
+def stored_formula_bytes() -> dict:
+    """{case name: per-rank bytes} of the public cases ZeRO's formulas give (scripts/make_check_data.py)."""
+    return read_only(json.loads(DATA.read_text())["zero_formula_bytes"])
 
 
 @check("e3_zero_bytes_per_rank", points=3)
 def check_zero_bytes_per_rank(zero_bytes_per_rank) -> int:
     expect_callable(zero_bytes_per_rank, "zero_bytes_per_rank")
+    # plain data only, down to where each expected value comes from: nothing in this frame, which the learner's code
+    # runs under, computes or holds one in the grading kernel
     cases = [
-        (
-            f"{strategy}, 2 ranks, mlp widths {widths}",
-            mlp_shapes(widths),
-            2,
-            strategy,
-            functools.partial(_public_expected, widths, strategy),
-        )
+        (f"{strategy}, 2 ranks, mlp widths {widths}", widths, 2, strategy, ("measured",))
         for widths, strategy in _public_zero_cases()
     ]
-    cases += _zero_formula_cases()
-    cases += _drawn_zero_cases()
-    for name, shapes, world, strategy, expected_bytes in cases:
-        expected = reference(expected_bytes)
+    cases += [
+        (name, widths, world, strategy, ("formula", name))
+        for name, widths, world, strategy in _zero_formula_cases()
+    ]
+    drawn_widths = tuple(drawn_cases("e3_zero_bytes_per_rank", 2, _drawn_zero_widths))
+    i = 0
+    for widths in drawn_widths:  # one case per strategy for each MLP drawn at grading time
+        for strategy in ZERO_STRATEGIES:
+            i += 1
+            name = drawn(i, f"{strategy}, 2 ranks, mlp widths {widths}")
+            cases.append((name, widths, 2, strategy, ("drawn", drawn_widths)))
+    for name, widths, world, strategy, source in cases:
+        shapes = mlp_shapes(widths)
+        expected = reference(lambda: _expected_zero(source, widths, strategy))  # noqa: B023 - called at once
         got = call(zero_bytes_per_rank, [tuple(s) for s in shapes], world, strategy, case=name)
         expect_type(got, (list, tuple), case=name, what=_("the result"))
         if len(got) != world:
@@ -861,5 +823,4 @@ __all__ = [
     "trainer_update",
     "check_zero_bytes_per_rank",
     "mlp_shapes",
-    "measure_zero_bytes",
 ]

@@ -10,7 +10,10 @@ measure or probe the learner's code (`rerun=True`): under grading they are colle
 
 - `find_peak` (Exercise 6.1) replays an event log of the tracker (`MemoryTrace.events`) from training steps the check
   runs itself; the expected answer is what the tracker measured while the step ran (`peak_bytes`,
-  `peak_by_category`, the operator at the top of `timeline`), not a replay of the log.
+  `peak_by_category`, the operator at the top of `timeline`), not a replay of the log: stored for the public steps
+  (autograders/data/lesson06.json, scripts/make_check_data.py), read from the judge's own trace of a drawn one by the
+  grading reference (autograders/references/lesson06.py, `expected_peak`). The trace itself is dropped before the
+  learner's function runs: only its event log is kept.
 - `time_step` (Exercise 6.2) is driven with functions whose true cost the check knows: they sleep, or they queue
   work on a simulated asynchronous device (`QueueDevice`: a worker thread that runs the queued work while the caller
   goes on, as a CUDA stream does) and are timed with that device's `synchronize`: that checks the synchronisation on
@@ -29,9 +32,10 @@ measure or probe the learner's code (`rerun=True`): under grading they are colle
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import functools
 import gc
+import json
 import math
 import numbers
 import queue
@@ -39,6 +43,7 @@ import statistics
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -61,12 +66,21 @@ from autograders.kit import (
     judging,
     learner,
     needs_hardware,
+    read_only,
     reference,
+    references,
 )
 from memlab.measure import CATEGORIES, measure_training_step
 from memlab.models import build_model, mlp, tiny_llama_config
 
 MiB = 1024**2
+DATA = Path(__file__).resolve().parent / "data" / "lesson06.json"
+
+
+@functools.cache
+def stored() -> dict:
+    """The expected values of the public cases (scripts/make_check_data.py, from autograders/references/)."""
+    return read_only(json.loads(DATA.read_text()))
 
 
 def observed_call(label: str, run):
@@ -125,20 +139,20 @@ def peak_trace(model, batch, optimizer_name: str):
     return measure_training_step(model, batch, _optimizer(optimizer_name, model))
 
 
-def expected_peak(trace) -> dict:
-    """What the tracker measured while the step ran: the peak, its split, the first operator at which live bytes
-    reached it, and the mark after it (None if no mark follows)."""
-    index, op, live = trace.peak_event
-    following = [
-        name[len("mark: ") :] for i, name, _ in trace.timeline if i > index and name.startswith("mark: ")
-    ]
-    assert live == trace.peak_bytes
-    return {
-        "phase": following[0] if following else None,
-        "op": op,
-        "bytes": trace.peak_bytes,
-        "by_category": dict(trace.peak_by_category),
-    }
+def _expected_peak(name: str, trace, public: bool) -> dict:
+    """A reference step: the stored answer of a public step; a drawn one's, read from the trace by the grading
+    reference."""
+    if public:
+        return stored()["find_peak"][name]
+    return references("lesson06").expected_peak(trace)
+
+
+def _step_events(name: str, build, public: bool) -> tuple[list[dict], dict]:
+    """The event log of the case's training step, and the expected answer (a reference step). The trace, which knows
+    the answer, ends here: the frames the learner's function runs under hold only its event log."""
+    trace = peak_trace(*build())
+    expected = reference(lambda: _expected_peak(name, trace, public))
+    return trace.events, expected
 
 
 def _e1_public_cases():
@@ -167,12 +181,12 @@ def _e1_drawn_case(rng, i: int):
 @check("e1_find_peak", points=3)
 def check_find_peak(find_peak) -> int:
     expect_callable(find_peak, "find_peak")
-    cases = _e1_public_cases() + drawn_cases("e1_find_peak", 3, _e1_drawn_case)
-    for name, build in cases:
+    cases = [(*case, True) for case in _e1_public_cases()]
+    cases += [(*case, False) for case in drawn_cases("e1_find_peak", 3, _e1_drawn_case)]
+    for name, build, public in cases:
         # the input, the step's event log, is built in every mode (a deterministic step: the judge's is the same)
-        trace = peak_trace(*build())
-        expected = reference(lambda: expected_peak(trace))  # noqa: B023 - called at once
-        got = call(find_peak, copy.deepcopy(trace.events), case=name)
+        events, expected = _step_events(name, build, public)
+        got = call(find_peak, events, case=name)
         expect_keys(got, ("phase", "op", "bytes", "by_category"), case=name, what=_("the result"))
         expect_type(got["bytes"], numbers.Integral, case=name, what='"bytes"')
         if judging() and got["bytes"] != expected["bytes"]:

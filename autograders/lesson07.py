@@ -1,7 +1,9 @@
 """Checks for lesson 07 — FP8 training and what Transformer Engine does underneath.
 
 - `quantize_fp8` / `dequantize_fp8` (Exercise 7.1): properties, not a stored answer. The scale must be the task's
-  fp8_max / amax (amax over the finite values); every finite element must be the FP8 value nearest to x * scale
+  fp8_max / amax (amax over the finite values: stored for the public tensors, autograders/data/lesson07.json; the
+  grading reference's, `expected_scale`, for a drawn one); every finite element must be the FP8 value nearest to
+  x * scale
   (an error of at most half the format's spacing there; ±fp8_max beyond the range), infinities saturate, NaN stays
   NaN; dequantizing divides by the scale.
 - `DelayedScaler` (Exercise 7.2) is compared, update by update, with Transformer Engine's delayed-scaling recipe
@@ -58,7 +60,6 @@ from memlab.formats import get_format
 
 DATA = Path(__file__).resolve().parent / "data" / "lesson07.json"
 FP8 = {"e4m3": ("fp8_e4m3", torch.float8_e4m3fn, 448.0), "e5m2": ("fp8_e5m2", torch.float8_e5m2, 57344.0)}
-FP32_MAX = torch.finfo(torch.float32).max
 
 
 @functools.cache
@@ -135,15 +136,11 @@ def _drawn_e1_case(rng, i: int) -> tuple[str, torch.Tensor]:
     )
 
 
-def expected_scale(x: torch.Tensor, fp8_max: float) -> float:
-    """The task's scale: fp8_max / amax in float32, amax over the finite values (1.0 when there are none, or all are
-    0); a scale beyond float32's range is float32's largest value."""
-    finite = x.float()[torch.isfinite(x.float())]
-    amax = finite.abs().max() if finite.numel() else torch.tensor(0.0)
-    if amax == 0:
-        return 1.0
-    scale = torch.tensor(fp8_max, dtype=torch.float32) / amax.float()
-    return FP32_MAX if torch.isinf(scale) else float(scale)
+def _expected_scale(fmt: str, name: str, x: torch.Tensor, public: bool) -> float:
+    """A reference step: the task's scale of a public tensor, stored; a drawn one's, the grading reference's."""
+    if public:
+        return float.fromhex(stored()["quantize_fp8_scale"][fmt][name])
+    return references("lesson07").expected_scale(x, FP8[fmt][2])
 
 
 @check("e1_quantize_fp8", points=3)
@@ -152,7 +149,9 @@ def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
     expect_callable(dequantize_fp8, "dequantize_fp8")
     n = 0
     for fmt, (_layout, dtype, fp8_max) in FP8.items():
-        for name, x in _e1_cases() + drawn_cases(f"e1_quantize_fp8/{fmt}", 3, _drawn_e1_case):
+        cases = [(*case, True) for case in _e1_cases()]
+        cases += [(*case, False) for case in drawn_cases(f"e1_quantize_fp8/{fmt}", 3, _drawn_e1_case)]
+        for name, x, public in cases:
             case = f"{fmt}, {name}"
             result = call(quantize_fp8, x.clone(), fmt, case=case)
             expect_type(result, tuple, case=case, what=_("the result"))
@@ -183,7 +182,7 @@ def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
                         "case {case}: scale should be a float32 tensor with one value; got {dtype} {shape}."
                     ).format(case=case, dtype=scale.dtype, shape=tuple(scale.shape))
                 )
-            expected = reference(lambda: expected_scale(x, fp8_max))  # noqa: B023 - called at once
+            expected = reference(lambda: _expected_scale(fmt, name, x, public))  # noqa: B023 - called at once
             expect_close(float(scale), expected, case=case, what="scale", rtol=1e-6, reveal=False)
             xf = x.float()
             target = xf * scale.float()

@@ -9,7 +9,10 @@ shapes, tensors, the bytes of files).
   (90% of the GPU), micro-batch x accumulation is the batch, no checkpointing where a plan fits without it, and no
   smaller micro-batch than the budget allows. What fits is decided by the check's own simulations (reference steps),
   never by the learner's numbers; cases too close to the budget to be decided robustly are not drawn (`E1_TOO_CLOSE`
-  lists them, so that drawing a case needs no simulation; the tests hold the list against the simulation).
+  lists them, so that drawing a case needs no simulation; the tests hold the list against the simulation). The
+  lesson's rule applied to the simulations is the exercise's answer: it is the grading reference's
+  (autograders/references/lesson08.py, `expected_plan`), whose plans for the public cases are stored
+  (autograders/data/lesson08.json, scripts/make_check_data.py).
 - `add_lora` (Exercise 8.2): a learner step builds the case's base, calls `add_lora` and returns what the check
   inspects of the peft model: its kind, its LoRA layers (name, rank, scaling), its trainable parameters (name,
   shape), and then its logits on a fixed input. A reference step builds an identical base for the expected facts:
@@ -34,6 +37,7 @@ shapes, tensors, the bytes of files).
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import math
@@ -62,7 +66,9 @@ from autograders.kit import (
     judging,
     learner,
     needs_hardware,
+    read_only,
     reference,
+    references,
     signature,
 )
 from memlab import data
@@ -70,6 +76,7 @@ from memlab.estimate import ATTENTION_PROJECTIONS, simulate_7b_lora_step, simula
 from memlab.models import TINY_BASE, build_model, llama2_7b_config, load_tiny_base, tiny_llama_config
 
 GiB = 1024**3
+DATA = Path(__file__).resolve().parent / "data" / "lesson08.json"
 #: the lesson's rules (Exercise 8.1)
 BATCH = 16
 HEADROOM = 0.10
@@ -93,8 +100,8 @@ class _Quiet(warnings.catch_warnings):
 E1_PUBLIC = [(24, 1024), (80, 1024), (40, 2048), (16, 512), (16, 4096)]
 E1_DRAWN_GPUS = (12, 16, 20, 24, 32, 40, 48, 64, 80, 96)
 E1_DRAWN_SEQS = (256, 512, 768, 1024, 1536, 2048)
-#: the pairs of the drawn grid whose plan is decided within 3% of the budget (`expected_plan(gpu, seq)[1] < 0.03`):
-#: never drawn. Listed, so that the grading kernel draws its cases without simulating anything; the tests hold the
+#: the pairs of the drawn grid whose plan is decided within 3% of the budget (`expected_plan(gpu, seq)[1] < 0.03`,
+#: autograders/references/lesson08.py): never drawn. Listed, so that the grading kernel draws its cases without simulating anything; the tests hold the
 #: list against the simulation.
 E1_TOO_CLOSE = frozenset({(16, 256), (16, 768), (16, 1536), (20, 1024), (20, 2048)})
 
@@ -103,29 +110,22 @@ def _peak(seq: int, micro_batch: int, checkpointing: bool) -> int:
     return simulate_7b_lora_step(seq, micro_batch, checkpointing).peak_bytes
 
 
-def expected_plan(gpu_gb: float, seq: int) -> tuple[dict | None, float]:
-    """The lesson's rule, by simulation: the plan, and how close (relative) its deciding peaks came to the budget."""
-    budget = (1 - HEADROOM) * gpu_gb * GiB
-    closest = math.inf
-    for checkpointing in (False, True):
-        best = None
-        for micro_batch in MICRO_BATCHES:
-            peak = _peak(seq, micro_batch, checkpointing)
-            closest = min(closest, abs(peak - budget) / budget)
-            if peak > budget:
-                break
-            best = micro_batch
-        if best is not None:
-            return {
-                "checkpointing": checkpointing,
-                "micro_batch": best,
-                "accumulation": BATCH // best,
-            }, closest
-    return None, closest
+@functools.cache
+def stored() -> dict:
+    """The expected values of the public cases (scripts/make_check_data.py, from autograders/references/)."""
+    return read_only(json.loads(DATA.read_text()))
 
 
-def _e1_cases(rng) -> list[tuple[str, float, int]]:
-    cases = [(f"{gpu} GiB, seq {seq}", gpu, seq) for gpu, seq in E1_PUBLIC]
+def _expected_plan(case: str, gpu: float, seq: int, public: bool) -> dict | None:
+    """A reference step: the lesson's plan for a public case, stored; for a drawn one, the grading reference's."""
+    if public:
+        return stored()["plan_for"][case]
+    return references("lesson08").expected_plan(gpu, seq)[0]
+
+
+def _e1_cases(rng) -> list[tuple[str, float, int, bool]]:
+    """(case, GPU GiB, sequence length, public)"""
+    cases = [(f"{gpu} GiB, seq {seq}", gpu, seq, True) for gpu, seq in E1_PUBLIC]
     if rng is not None:
         found, tries = 0, 0
         while found < 2 and tries < 12:
@@ -133,7 +133,7 @@ def _e1_cases(rng) -> list[tuple[str, float, int]]:
             gpu, seq = rng.choice(E1_DRAWN_GPUS), rng.choice(E1_DRAWN_SEQS)
             if (gpu, seq) in E1_TOO_CLOSE or (gpu, seq) in E1_PUBLIC:
                 continue  # too close to the budget to be decided robustly: draw again
-            cases.append((drawn(found, f"{gpu} GiB, seq {seq}"), gpu, seq))
+            cases.append((drawn(found, f"{gpu} GiB, seq {seq}"), gpu, seq, False))
             found += 1
     return cases
 
@@ -148,9 +148,9 @@ def _describe_plan(plan: dict) -> str:
 def check_plan_for(plan_for) -> int:
     expect_callable(plan_for, "plan_for")
     n = 0
-    for case, gpu, seq in _e1_cases(grading_rng("e1_plan_for")):
+    for case, gpu, seq, public in _e1_cases(grading_rng("e1_plan_for")):
         budget = (1 - HEADROOM) * gpu * GiB
-        want = reference(lambda: expected_plan(gpu, seq)[0])  # noqa: B023 - called at once
+        want = reference(lambda: _expected_plan(case, gpu, seq, public))  # noqa: B023 - called at once
         plan = call(plan_for, gpu, seq, case=case)
         if plan is None:
             if judging() and want is not None:

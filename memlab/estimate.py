@@ -110,17 +110,6 @@ def activation_bytes(
     return n * per_layer[recompute]
 
 
-def kv_cache_bytes(
-    batch: int, seq: int, layers: int, kv_heads: int, head_dim: int, bytes_per_value: float = 2
-) -> float:
-    """Inference KV cache: a key and a value vector per token, per layer, per KV head: 2·b·s·L·n_kv·d_head·bytes.
-
-    With grouped-query attention n_kv < n_heads (Ainslie et al. 2023, arXiv:2305.13245). Llama-2-7B (32 layers,
-    32 KV heads of 128) in fp16 keeps 0.5 MiB per token.
-    """
-    return 2 * batch * seq * layers * kv_heads * head_dim * bytes_per_value
-
-
 def simulate_training_step(
     build_model: Callable[[], torch.nn.Module],
     make_batch: Callable[[], object],

@@ -115,13 +115,10 @@ def cast_overflow(fmt: str | FloatFormat) -> str:
     )
 
 
-def _torch_value(bits: int, fmt: str | FloatFormat) -> float:
-    """The value torch reads from a bit pattern (a non-negative int) of `fmt`, as a Python float."""
-    f = get_format(fmt)
-    if not 0 <= bits < (1 << f.bits):
-        raise ValueError(f"{bits:#x} is not a {f.bits}-bit pattern")
-    signed = bits - (1 << f.bits) if f.int_dtype.is_signed and bits >= 1 << (f.bits - 1) else bits
-    return torch.tensor([signed], dtype=f.int_dtype).view(f.dtype).item()
+def _cast_value(x, f: FloatFormat) -> float:
+    """`x` after torch's cast to `f`, as a Python float: the value its bits (`to_bits`) mean."""
+    tensor = x if isinstance(x, torch.Tensor) else torch.tensor(float(x), dtype=torch.float64)
+    return tensor.to(f.dtype).to(torch.float64).item()
 
 
 def bit_fields(bits: int, fmt: str | FloatFormat) -> tuple[str, str, str]:
@@ -148,7 +145,7 @@ class BitTable:
         if len(self.labels) != len(self.values):
             raise ValueError("one label per value")
         self.cells = [
-            [(bit_fields(b := to_bits(v, f), f), _torch_value(b, f)) for f in self.fmts] for v in self.values
+            [(bit_fields(to_bits(v, f), f), _cast_value(v, f)) for f in self.fmts] for v in self.values
         ]
 
     def __repr__(self) -> str:

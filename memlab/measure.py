@@ -430,15 +430,6 @@ class track_memory:  # noqa: N801 - used as a context manager, reads like a func
         return None
 
 
-def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
-    """Bytes of the distinct storages behind `tensors` (views and shared storages counted once)."""
-    seen: dict[int, int] = {}
-    for t in tensors:
-        storage = local_tensor(t).untyped_storage()
-        seen[storage._cdata] = storage.nbytes()
-    return sum(seen.values())
-
-
 def loss_of(model: torch.nn.Module, batch) -> torch.Tensor:
     """The training loss of `model` on `batch`: a dict goes to a Hugging Face model (`model(**batch).loss`), a
     tuple `(x, y)` to a classifier (`cross_entropy(model(x), y)`)."""

@@ -517,9 +517,9 @@ def test_e4_ignoring_an_explicit_head_dim_fails():
 
 
 def test_e5_convention_agrees_with_memlab_estimate():
-    """The check's own statement of ZeRO's bookkeeping and memlab.estimate.model_state_bytes (which the lesson uses
-    elsewhere) are two implementations of one convention: they agree on every combination."""
-    from autograders.lesson01 import FORMAT_BYTES, OPTIMIZER_BYTES, zero_convention_bytes
+    """The grading reference's statement of ZeRO's bookkeeping and memlab.estimate.model_state_bytes (which the
+    lesson uses elsewhere) are two implementations of one convention: they agree on every combination."""
+    from autograders.references.lesson01 import FORMAT_BYTES, OPTIMIZER_BYTES, zero_convention_bytes
     from memlab.estimate import model_state_bytes
 
     for weights in FORMAT_BYTES:
@@ -537,3 +537,55 @@ def test_e5_convention_agrees_with_memlab_estimate():
     assert (
         zero_convention_bytes(6_738_415_616, 6_738_415_616, "bf16", "adamw") == 16 * 6_738_415_616
     )  # ZeRO §3.1
+
+
+def test_the_formulas_of_exercises_1_1_and_1_4_agree_with_the_measurements():
+    """The grading references' formulas (once memlab's `tensor_bytes` and `estimate.kv_cache_bytes`): shared storage
+    counted once, and the KV cache a real Llama builds, 0.5 MiB per token for Llama-2-7B in fp16."""
+    from autograders.lesson01 import E4_CASES, kv_config
+    from autograders.references.lesson01 import kv_cache_bytes, kv_cache_formula_bytes, tensor_bytes
+
+    t = torch.zeros(100)
+    assert tensor_bytes([t, t[:10], t.view(10, 10)]) == 400
+    assert tensor_bytes([t, torch.zeros(5, dtype=torch.float16)]) == 410
+    assert kv_cache_formula_bytes(batch=1, seq=1, layers=32, kv_heads=32, head_dim=128) == 512 * 1024
+    for _name, heads, batch, seq, dtype in E4_CASES:
+        config = kv_config(heads)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        formula = kv_cache_formula_bytes(
+            batch, seq, config.num_hidden_layers, kv_heads, head_dim, dtype.itemsize
+        )
+        assert kv_cache_bytes(config, batch, seq, dtype) == formula
+
+
+@pytest.mark.parametrize(
+    ("check_fn", "solution"),
+    [
+        (check_optimizer_state_bytes, optimizer_state_bytes),
+        pytest.param(check_adamw8bit_state_bytes, adamw8bit_state_bytes, marks=needs_bnb),
+        (check_predict_live_bytes, predict_live_bytes),
+        (check_kv_cache_bytes, kv_cache_bytes),
+        (check_training_state_bytes, training_state_bytes),
+    ],
+    ids=["e1", "e2", "e3", "e4", "e5"],
+)
+def test_the_grading_kernel_computes_no_expected_value(check_fn, solution, strict_mode, monkeypatch):
+    """Collect mode (the grading kernel) runs the learner's code on every case, drawn ones included, and neither the
+    grading references nor the stored answers; the judge, with them, passes the record."""
+    import json
+
+    import autograders.lesson01 as lesson01
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("an expected value was computed in the grading kernel")
+
+    with monkeypatch.context() as patched:
+        for module, name in [(kit, "references"), (lesson01, "references"), (lesson01, "stored")]:
+            patched.setattr(module, name, forbidden)
+        transcript = kit.collect(check_fn.check, (solution,), {})
+    assert all(r.failed is None and r.missing is None for r in transcript.records)
+    assert any("drawn at grading time" in r.label for r in transcript.records)
+    data = kit.Transcript.from_data(json.loads(json.dumps(transcript.to_data())))
+    verdict = kit.judge(check_fn.check, data)
+    assert verdict.passed, verdict.message

@@ -531,6 +531,41 @@ def test_e3_public_cases_run_in_the_stored_order():
     assert _public_zero_cases() == list(public_zero_bytes())
 
 
+def test_e3_the_frames_the_learners_function_runs_under_give_no_expected_bytes(strict_mode, monkeypatch):
+    """In the grading kernel (collect mode, no grading references), a zero_bytes_per_rank that walks the frames it is
+    called under finds no expected bytes of its case there: neither held (a local, an attribute of one) nor
+    computable (a local closure or partial of the check that measures or stores them)."""
+    import sys
+
+    from check_helpers import found_in_frames
+
+    import autograders.kit as kit
+    import autograders.lesson05 as lesson05
+
+    def missing(*args, **kwargs):
+        raise RuntimeError("the grading kernel's copy of the kit has no autograders/references/")
+
+    found = {}
+
+    def walking(shapes, world_size, strategy):
+        answer = zero_bytes_per_rank(shapes, world_size, strategy)
+
+        def is_expected(value):
+            return isinstance(value, (list, tuple)) and [dict(r) for r in value] == answer
+
+        key = (tuple(map(tuple, shapes)), world_size, strategy)
+        found[key] = found_in_frames(is_expected, sys._getframe(1))
+        return answer
+
+    monkeypatch.setattr(kit, "references", missing)
+    monkeypatch.setattr(lesson05, "references", missing, raising=False)
+    transcript = kit.collect(check_zero_bytes_per_rank.check, (walking,), {})
+    assert all(r.failed is None for r in transcript.records)
+    assert sum("drawn at grading time" in r.label for r in transcript.records) == 6
+    assert len(found) == len(transcript.records) - 1
+    assert {key: where for key, where in found.items() if where} == {}
+
+
 # ---- graded the grading kernel's way: collect in the kernel, judge apart (strict mode), same verdicts -------------
 
 
@@ -671,8 +706,8 @@ def test_the_grading_kernel_never_computes_an_expected_value(
             "full_batch_update",
             "_direct_expected",
             "public_zero_bytes",
-            "zero_formula_bytes",
-            "measure_zero_bytes",
+            "stored_formula_bytes",
+            "_expected_zero",
             "full_batch",
         ):
             patched.setattr(lesson05, name, refuse(name))

@@ -29,11 +29,11 @@ from autograders.lesson06 import (
     check_measure_trainer,
     check_time_step,
     check_trade_off_args,
-    expected_peak,
     max_calls,
     peak_trace,
 )
 from autograders.references import lesson06 as ref
+from autograders.references.lesson06 import expected_peak
 from memlab.measure import CATEGORIES
 
 pytestmark = pytest.mark.usefixtures("learner_mode")
@@ -205,6 +205,41 @@ def test_e1_the_tracker_event_log_replays_to_what_the_tracker_measured():
     for name, build in _e1_public_cases():
         trace = peak_trace(*build())
         assert ref.find_peak(trace.events) == expected_peak(trace), name
+        assert l06.stored()["find_peak"][name] == expected_peak(trace), (
+            name
+        )  # what the public cases compare with
+
+
+def test_e1_the_frames_find_peak_runs_under_hold_no_trace(strict_mode, monkeypatch):
+    """In the grading kernel (collect mode, no grading references), a find_peak that walks the frames it is called
+    under finds nothing there that holds or computes its case's answer: the tracker's trace of the step (whose
+    peak_bytes and peak_by_category are the answer) is gone before the learner's function runs."""
+    import sys
+
+    from check_helpers import found_in_frames
+
+    def missing(*args, **kwargs):
+        raise RuntimeError("the grading kernel's copy of the kit has no autograders/references/")
+
+    found = []
+
+    def walking(events):
+        answer = ref.find_peak(events)
+
+        def is_expected(value):
+            if isinstance(value, bool):
+                return False
+            return value in (answer, answer["bytes"], answer["by_category"])
+
+        found.extend(found_in_frames(is_expected, sys._getframe(1)))
+        return answer
+
+    monkeypatch.setattr(kit, "references", missing)
+    monkeypatch.setattr(l06, "references", missing, raising=False)
+    transcript = kit.collect(check_find_peak.check, (walking,), {})
+    assert all(r.failed is None for r in transcript.records)
+    assert sum("drawn at grading time" in r.label for r in transcript.records) == 3
+    assert found == []
 
 
 def test_e1_ignoring_frees_fails():
@@ -688,7 +723,7 @@ def test_the_grading_kernel_computes_no_expected_value(strict_mode, no_gpu, monk
 
     monkeypatch.setattr(l06, "reference", spy)
     monkeypatch.setattr(kit, "references", forbidden)
-    for name in ("expected_peak", "observe_setup", "rebuilt_args", "_reference_train_rise"):
+    for name in ("_expected_peak", "stored", "observe_setup", "rebuilt_args", "_reference_train_rise"):
         monkeypatch.setattr(l06, name, forbidden)
     monkeypatch.setattr(l06.TimedCase, "expected", forbidden)
     written = {

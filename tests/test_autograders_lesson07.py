@@ -553,7 +553,7 @@ def test_the_grading_kernel_never_computes_expected_values(
     with monkeypatch.context() as m:
         for where in (kit, lesson07):
             m.setattr(where, "references", _forbidden)
-        for helper in ("stored", "expected_scale", "scales_of", "_expected_scales"):
+        for helper in ("stored", "_expected_scale", "scales_of", "_expected_scales"):
             m.setattr(lesson07, helper, _forbidden)
         transcript = kit.collect(check_fn.check, answers, {})
     assert all(r.failed is None for r in transcript.records), [r.failed for r in transcript.records]

@@ -49,11 +49,30 @@ def test_bit_fields():
 
 
 def test_torch_reads_e4m3_nan_and_max():
-    assert formats._torch_value(0x7E, "fp8_e4m3") == 448.0
+    """What the lesson's bit tables (and lesson 02's check, `torch_decode`) take torch to read from these bits."""
+    from autograders.lesson02 import torch_decode
+
+    def value(bits, name):
+        return float(torch_decode([bits], FORMATS[name])[0])
+
+    assert value(0x7E, "fp8_e4m3") == 448.0
     for nan in (0x7F, 0xFF):
-        assert formats._torch_value(nan, "fp8_e4m3") != formats._torch_value(nan, "fp8_e4m3")
-    assert formats._torch_value(0x78, "fp8_e4m3") == 256.0  # exponent field 1111 is a normal binade
-    assert formats._torch_value(0xFBFF, "fp16") == -65504.0
+        assert value(nan, "fp8_e4m3") != value(nan, "fp8_e4m3")
+    assert value(0x78, "fp8_e4m3") == 256.0  # exponent field 1111 is a normal binade
+    assert value(0xFBFF, "fp16") == -65504.0
+
+
+def test_a_bit_table_shows_the_value_the_bits_mean():
+    """Each cell's value is the cast value, which is what torch reads back from the cell's bits."""
+    from autograders.lesson02 import torch_decode
+
+    values = [1.0, -2.5, 0.1, -0.0, 1e-40, 1e6, float("inf"), float("-inf")]
+    table = show_bits(values, fmts=["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"])
+    for v, row in zip(values, table.cells):
+        for f, (fields, shown) in zip(table.fmts, row):
+            read = float(torch_decode([int("".join(fields), 2)], f)[0])
+            assert shown == read or (shown != shown and read != read), (v, f.name)
+            assert str(shown) == str(read) or shown != shown, (v, f.name)  # the sign of zero too
 
 
 def test_show_bits_text():

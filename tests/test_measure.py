@@ -10,7 +10,6 @@ from memlab.measure import (
     OTHER,
     PARAMETERS,
     measure_training_step,
-    tensor_bytes,
     track_memory,
 )
 from memlab.models import mlp
@@ -214,12 +213,6 @@ def test_a_settled_mark_waits_for_a_storage_another_thread_lets_go():
         settled = trace.mark("settled", settle=1.0)
     assert early.current_bytes == 4000  # still held by the thread
     assert settled.current_bytes == 0  # both let go before the mark
-
-
-def test_tensor_bytes_counts_shared_storage_once():
-    t = torch.zeros(100)
-    assert tensor_bytes([t, t[:10], t.view(10, 10)]) == 400
-    assert tensor_bytes([t, torch.zeros(5, dtype=torch.float16)]) == 410
 
 
 def test_cpu_tracker_cannot_be_switched_off():

@@ -1,8 +1,10 @@
 """Lesson 06's reference answers (grading only; see autograders/references/__init__.py).
 
-The checks of lesson 06 do not call them: they compare with what the tracker measured, with sleeps and queued work
-of known cost, and with what a Trainer is seen to do. They are the answers the tests (tests/test_autograders_lesson06.py,
-tests/test_drawn_cases.py) hold the checks against.
+`expected_peak` is Exercise 6.1's answer read from the tracker's own trace: scripts/make_check_data.py stores the
+public steps' answers from it, and the judge reads a drawn step's with it. The checks do not call the others: they
+compare with what the tracker measured, with sleeps and queued work of known cost, and with what a Trainer is seen to
+do. They are the answers the tests (tests/test_autograders_lesson06.py, tests/test_drawn_cases.py) hold the checks
+against.
 """
 
 from __future__ import annotations
@@ -31,6 +33,22 @@ def time_step(fn, warmup: int = 2, repeats: int = 5, sync=None) -> tuple[float, 
         sync()
         times.append(time.perf_counter() - start)
     return statistics.mean(times), (statistics.stdev(times) if len(times) > 1 else 0.0)
+
+
+def expected_peak(trace) -> dict:
+    """Exercise 6.1's answer, as the tracker measured it while the step ran: the peak, its split, the first operator at
+    which live bytes reached it, and the mark after it (None if no mark follows)."""
+    index, op, live = trace.peak_event
+    following = [
+        name[len("mark: ") :] for i, name, _ in trace.timeline if i > index and name.startswith("mark: ")
+    ]
+    assert live == trace.peak_bytes
+    return {
+        "phase": following[0] if following else None,
+        "op": op,
+        "bytes": trace.peak_bytes,
+        "by_category": dict(trace.peak_by_category),
+    }
 
 
 def find_peak(events: list[dict]) -> dict:

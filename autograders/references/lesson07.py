@@ -49,6 +49,17 @@ class DelayedScaler:
         self._scale = sf.float()
 
 
+def expected_scale(x: torch.Tensor, fp8_max: float) -> float:
+    """Exercise 7.1's scale: fp8_max / amax in float32, amax over the finite values (1.0 when there are none, or all
+    are 0); a scale beyond float32's range is float32's largest value."""
+    finite = x.float()[torch.isfinite(x.float())]
+    amax = finite.abs().max() if finite.numel() else torch.tensor(0.0)
+    if amax == 0:
+        return 1.0
+    scale = torch.tensor(fp8_max, dtype=torch.float32) / amax.float()
+    return torch.finfo(torch.float32).max if torch.isinf(scale) else float(scale)
+
+
 def quantize_fp8(x: torch.Tensor, fmt: str):
     """Current (just-in-time) per-tensor scaling, saturating: (x_fp8, scale)."""
     dtype = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt]
