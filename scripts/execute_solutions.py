@@ -112,7 +112,7 @@ def _bar_text(state: dict, model_id: str) -> str | None:
     def text(value: str) -> str:
         return html.unescape(value or "").replace("\u2007", " ")  # tqdm pads with figure spaces
 
-    if progress.get("bar_style") == "info":  # no total: tqdm draws no bar, only the count ("7it" or "7/?")
+    if "/?" in text(right.get("value")).split("[")[0]:  # no total ("7/?"): tqdm draws no bar, only the count
         return " ".join(
             part for part in (text(left.get("value")).strip(), text(right.get("value")).strip()) if part
         )

@@ -100,6 +100,8 @@ def test_settle_progress_bars_writes_a_bar_as_tqdm_ends_it_in_a_terminal():
     assert done == printed
 
     nb.cells[0].outputs = [widget]
-    nb.metadata.widgets = _bar_widgets("sizes tried: ", 1, None, " 7/? [00:03<00:00,  2.1it/s]", style="info")
+    nb.metadata.widgets = _bar_widgets(
+        "sizes tried: ", 1, None, " 7/? [00:03<00:00,  2.1it/s]"
+    )  # closed: success
     settle_progress_bars(nb)
     assert nb.cells[0].outputs[0].text == "sizes tried: 7/? [00:03<00:00,  2.1it/s]\n"  # no total: no bar
