@@ -8,7 +8,8 @@ are refreshed (solutions are committed executed on a CPU: README, Develop).
     python scripts/execute_solutions.py --check                execute, report, write nothing (exit 1 on an error)
 
 Each notebook runs with nbclient in a fresh kernel whose cwd is the notebook's folder, with no GPU visible
-(CUDA_VISIBLE_DEVICES=""), in learner mode (COURSE_GRADING unset: a check that needs a GPU prints NOT CHECKED HERE)
+(CUDA_VISIBLE_DEVICES=""), without the 7B simulations' disk cache (MEMLAB_SIMULATION_CACHE=off unless set: a cached
+simulation would show a time no learner's first run shows), in learner mode (COURSE_GRADING unset: a check that needs a GPU prints NOT CHECKED HERE)
 and offline unless told otherwise (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE default to 1). Cell metadata (nbgrader's
 included) is kept, no timings are recorded. A notebook whose run fails is left untouched and the script exits 1;
 cells tagged `raises-exception` may raise. Afterwards run scripts/build_lessons.py (outputs never reach lessons/,
@@ -374,12 +375,15 @@ def main(argv: list[str] | None = None) -> int:
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     from autograders.kit import GRADING_ENV
+    from memlab import estimate
 
     # inherited by every kernel started below
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ.pop(GRADING_ENV, None)
+    # no disk cache of the 7B simulations: the outputs show what a learner's first run shows (its times included)
+    os.environ.setdefault(estimate.CACHE_ENV, "off")
 
     if args.edition:
         return record_edition(args.edition, args.lessons, args.timeout)
