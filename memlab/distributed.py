@@ -50,10 +50,13 @@ class LaunchFailed(RuntimeError):
     """A distributed job did not finish; the message holds the end of the workers' output."""
 
 
-def launch(jobs: dict[str, dict], world_size: int = 2, timeout: float = 180.0) -> dict[str, list[dict]]:
+def launch(
+    jobs: dict[str, dict], world_size: int = 2, timeout: float = 180.0, progress: str | None = None
+) -> dict[str, list[dict]]:
     """Run each job of `jobs` ({job name: keyword arguments}) in turn on `world_size` CPU processes (gloo), all in
     one torchrun launch; return {job name: [rank 0's result, rank 1's, ...]}. A name may carry a tag after "#"
-    ("zero_memory#small") to run the same job twice with different arguments."""
+    ("zero_memory#small") to run the same job twice with different arguments. With `progress` (a description),
+    a progress bar (tqdm.auto) counts the jobs done as rank 0 finishes them."""
     unknown = {job.split("#")[0] for job in jobs} - set(JOBS)
     if unknown:
         raise ValueError(f"jobs must be among {sorted(JOBS)}, got {sorted(unknown)}")
@@ -70,24 +73,43 @@ def launch(jobs: dict[str, dict], world_size: int = 2, timeout: float = 180.0) -
             out,
         ]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-        try:
-            run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired as error:
-            raise LaunchFailed(
-                f"{sorted(jobs)} on {world_size} processes ran past {timeout:.0f} s"
-            ) from error
+        log = Path(out, "torchrun.log")  # a file, not a pipe: nothing blocks while this process waits
+        with open(log, "w") as sink, _progress_bar(progress, len(jobs)) as bar:
+            run = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
+            deadline = time.monotonic() + timeout
+            while run.poll() is None:
+                if time.monotonic() > deadline:
+                    run.kill()
+                    run.wait()
+                    raise LaunchFailed(f"{sorted(jobs)} on {world_size} processes ran past {timeout:.0f} s")
+                if bar is not None:
+                    bar.update(len(list(Path(out).glob(DONE + "*"))) - bar.n)
+                time.sleep(0.1)
+            if bar is not None and run.returncode == 0:
+                bar.update(len(jobs) - bar.n)
         paths = [Path(out, f"rank{rank}.json") for rank in range(world_size)]
         if run.returncode != 0 or not all(path.exists() for path in paths):
             errors = sorted(
                 Path(out).glob("rank*.error")
             )  # a worker's own traceback says more than torchrun's
-            text = errors[0].read_text() if errors else run.stdout + run.stderr
+            text = errors[0].read_text() if errors else log.read_text(errors="replace")
             tail = "\n".join(text.strip().splitlines()[-25:])
             raise LaunchFailed(
                 f"{sorted(jobs)} on {world_size} processes failed (exit {run.returncode}):\n{tail}"
             )
         ranks = [json.loads(path.read_text()) for path in paths]
         return {job: [rank[job] for rank in ranks] for job in jobs}
+
+
+DONE = "done-"  # rank 0 leaves OUT_DIR/done-<n> when its n-th job (from 1) has finished on every rank
+
+
+def _progress_bar(description: str | None, total: int):
+    if description is None:
+        return contextlib.nullcontext()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=description)
 
 
 # ---- the jobs (run inside each rank) -------------------------------------------------------------------------------
@@ -423,10 +445,12 @@ def _main(argv: list[str]) -> None:
     rank = dist.get_rank()
     try:
         results = {}
-        for job, kwargs in jobs.items():
+        for n, (job, kwargs) in enumerate(jobs.items(), start=1):
             torch.manual_seed(0)
             results[job] = JOBS[job.split("#")[0]](**kwargs)
             dist.barrier()
+            if rank == 0:
+                (out / f"{DONE}{n}").touch()  # for launch's progress bar
     except BaseException:
         (out / f"rank{rank}.error").write_text(traceback.format_exc())
         raise

@@ -16,7 +16,31 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from memlab.measure import CATEGORIES, MemoryTrace
 
 MiB = 1024**2
-COLORS = dict(zip(CATEGORIES, ["#4C72B0", "#DD8452", "#55A868", "#C44E52"], strict=True))
+#: seaborn's "deep" palette: ten colours that stay apart from each other (matplotlib's default cycle puts its orange
+#: next to this orange)
+PALETTE = (
+    "#4C72B0",
+    "#DD8452",
+    "#55A868",
+    "#C44E52",
+    "#8172B3",
+    "#937860",
+    "#DA8BC3",
+    "#8C8C8C",
+    "#CCB974",
+    "#64B5CD",
+)
+#: the colour of each component the lessons stack, the same in every figure: the tracker's categories, and the
+#: copies of a mixed-precision budget (16-bit weights, fp32 master weights); any other component gets a colour of
+#: PALETTE that no component of its figure has
+COLORS = {
+    **dict(zip(CATEGORIES, PALETTE[:4], strict=True)),
+    "weights": PALETTE[0],
+    "master weights": PALETTE[4],
+}
+LABEL_BOX = dict(
+    boxstyle="square,pad=0.15", fc="white", ec="none", alpha=0.85
+)  # text over a curve stays readable
 
 
 # ---- a font for the lesson's language ------------------------------------------------------------------------
@@ -105,35 +129,24 @@ def memory_timeline(
 ):
     """Live tensor bytes after every operator of a tracked block, with the marks as labelled vertical lines.
 
-    Each mark's label reads upwards from the bottom of the axes, right of its line, so none runs past the top;
-    when the next mark is close (an optimizer step and `zero_grad(set_to_none=True)`, which runs no operator, are a
-    few operators apart), the label goes left of its line instead, so the two never overlap."""
+    Each mark's label reads upwards, on a white ground so that the curve under it does not hide it, right of its
+    line; left of it when the next mark is close. A label whose neighbour would stand too close (an optimizer step
+    and `zero_grad(set_to_none=True)`, which runs no operator, are a few operators apart) hangs from the top of the
+    axes instead of standing on the bottom, so two labels are never side by side."""
     ax = ax or plt.subplots(figsize=(8, 3.2))[1]
     steps = [i for i, _, _ in trace.timeline]
     live = [b / unit for _, _, b in trace.timeline]
-    ax.plot(steps, live, lw=1.5, color="#4C72B0")
-    ax.fill_between(steps, live, alpha=0.15, color="#4C72B0")
+    ax.plot(steps, live, lw=1.5, color=PALETTE[0])
+    ax.fill_between(steps, live, alpha=0.15, color=PALETTE[0])
     marks = [(i, name[6:]) for i, name, _ in trace.timeline if name.startswith("mark: ")]
-    close = 0.04 * (max(steps) - min(steps) if steps else 1)
-    for k, (i, label) in enumerate(marks):
+    for i, _ in marks:
         ax.axvline(i, color="grey", lw=0.8, ls="--")
-        left = k + 1 < len(marks) and marks[k + 1][0] - i < close
-        ax.annotate(
-            label,
-            (i, 0),
-            xycoords=("data", "axes fraction"),
-            xytext=(-3 if left else 3, 4),
-            textcoords="offset points",
-            fontsize=8,
-            rotation=90,
-            ha="right" if left else "left",
-            va="bottom",
-        )
+    _label_marks(ax, marks)
     peak_at = trace.peak_event
     ax.scatter(
         [peak_at[0]],
         [peak_at[2] / unit],
-        color="#C44E52",
+        color=PALETTE[3],
         zorder=3,
         label=f"peak {peak_at[2] / unit:.2f} {unit_name}",
     )
@@ -144,6 +157,72 @@ def memory_timeline(
     return ax
 
 
+def _label_marks(ax, marks: list[tuple[int, str]], fontsize: float = 8, gap: float = 3) -> None:
+    """Label the vertical lines at `marks` ([(x, label)]) as memory_timeline says, measuring distances in points."""
+    x0, x1 = ax.get_xlim()
+    width = ax.get_window_extent().width * 72 / ax.figure.dpi  # the axes' width in points
+
+    def points(x: float) -> float:
+        return (x - x0) / (x1 - x0) * width
+
+    thick = 1.5 * fontsize  # a label read upwards is a line of text wide, its box included
+    right_edge = {"bottom": -math.inf, "top": -math.inf}  # where the last label of each row ends, in points
+    for k, (x, label) in enumerate(marks):
+        at = points(x)
+        left = k + 1 < len(marks) and points(marks[k + 1][0]) - at < thick + 2 * gap
+        start = at - gap - thick if left else at + gap
+        row = "bottom" if start - right_edge["bottom"] >= 2 * thick else "top"  # two labels' room between
+        right_edge[row] = start + thick
+        ax.annotate(
+            label,
+            (x, 0 if row == "bottom" else 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(-gap if left else gap, 4 if row == "bottom" else -4),
+            textcoords="offset points",
+            fontsize=fontsize,
+            rotation=90,
+            ha="right" if left else "left",
+            va="bottom" if row == "bottom" else "top",
+            bbox=LABEL_BOX,
+        )
+
+
+def component_colors(components: list[str]) -> dict[str, str]:
+    """{component: colour}: COLORS' for the components it names, unused colours of PALETTE for the others, in order."""
+    taken = {COLORS[c] for c in components if c in COLORS}
+    free = iter([c for c in PALETTE if c not in taken] + list(PALETTE))
+    return {c: COLORS[c] if c in COLORS else next(free) for c in components}
+
+
+def legend_outside(ax, **kwargs):
+    """The legend of `ax` right of the axes, where it covers no data; its entries in reverse order when `reverse` (a
+    stack's, read top down). A figure made with layout="constrained", or shown inline, makes room for it."""
+    reverse = kwargs.pop("reverse", False)
+    handles, labels = ax.get_legend_handles_labels()
+    if reverse:
+        handles, labels = handles[::-1], labels[::-1]
+    options = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
+    return ax.legend(handles, labels, **{**options, **kwargs})
+
+
+def wrap_label(label: str, columns: float) -> str:
+    """`label` broken at spaces into lines of at most `columns` display columns (a Hangul syllable takes two); its
+    own line breaks kept, a longer word left whole."""
+    from memlab.notebook import display_width
+
+    lines = []
+    for paragraph in label.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            if line and display_width(f"{line} {word}") > columns:
+                lines.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def stacked_components(
     rows: dict[str, dict[str, float]],
     ax=None,
@@ -152,15 +231,18 @@ def stacked_components(
     title: str = "",
     limits: dict[str, float] | None = None,
 ):
-    """One stacked bar per row (e.g. a training set-up), one segment per component; optional horizontal lines
-    (e.g. GPU sizes) in `limits` (same unit as the data, before scaling)."""
-    ax = ax or plt.subplots(figsize=(8, 3.5))[1]
+    """One stacked bar per row (e.g. a training set-up), one segment per component, each component in its own
+    colour (COLORS, component_colors) and the legend right of the axes, top component first; optional horizontal
+    lines (e.g. GPU sizes) in `limits` (same unit as the data, before scaling). The rows' names are written
+    level, broken into lines as narrow as a bar's slot."""
+    ax = ax or plt.subplots(figsize=(9, 3.5), layout="constrained")[1]
     names = list(rows)
     components = list(dict.fromkeys(c for row in rows.values() for c in row))
+    colors = component_colors(components)
     bottoms = [0.0] * len(names)
     for component in components:
         heights = [rows[n].get(component, 0) / unit for n in names]
-        ax.bar(names, heights, bottom=bottoms, label=component, color=COLORS.get(component))
+        ax.bar(range(len(names)), heights, bottom=bottoms, label=component, color=colors[component])
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     for label, value in (limits or {}).items():
         ax.axhline(value / unit, color="black", lw=1, ls=":")
@@ -172,19 +254,39 @@ def stacked_components(
             ha="right",
             fontsize=8,
         )
-    ax.set_ylabel(unit_name)
+    ax.set_ylabel(f"memory ({unit_name})")
     ax.set_title(title)
-    ax.legend(fontsize=8)
-    ax.tick_params(axis="x", labelrotation=15)
+    legend_outside(ax, reverse=True)
+    ax.figure.draw_without_rendering()  # the axes' width once the legend has its room
+    slot = ax.get_window_extent().width * 72 / ax.figure.dpi / max(len(names), 1)  # points per bar
+    size = mpl.rcParams["xtick.labelsize"]
+    size = font_manager.FontProperties(size=size).get_size_in_points()
+    columns = max(6, int(slot / (0.6 * size)))
+    ax.set_xticks(range(len(names)), [wrap_label(n, columns) for n in names])
     return ax
 
 
 def tradeoff(points: dict[str, tuple[float, float]], xlabel: str, ylabel: str, ax=None, title: str = ""):
-    """A labelled scatter of set-ups on two axes (e.g. peak memory vs step time)."""
-    ax = ax or plt.subplots(figsize=(5, 3.5))[1]
+    """A labelled scatter of set-ups on two axes (e.g. peak memory vs step time). Each label stands beside its
+    point, level with it, on the side towards the middle of the axes (so an error bar drawn through the point does
+    not cross it and no label leaves the axes)."""
+    ax = ax or plt.subplots(figsize=(5, 3.5), layout="constrained")[1]
+    xs = [x for x, _ in points.values()]
+    middle = (min(xs) + max(xs)) / 2 if xs else 0.0
     for label, (x, y) in points.items():
-        ax.scatter([x], [y])
-        ax.annotate(label, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8)
+        ax.scatter([x], [y], zorder=3)
+        right = len(xs) > 1 and x > middle
+        ax.annotate(
+            label,
+            (x, y),
+            xytext=(-7 if right else 7, 0),
+            textcoords="offset points",
+            ha="right" if right else "left",
+            va="center",
+            fontsize=8,
+            bbox=LABEL_BOX,
+        )
+    ax.margins(x=0.1, y=0.12)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

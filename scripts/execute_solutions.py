@@ -8,7 +8,8 @@ are refreshed (solutions are committed executed on a CPU: docs/develop.md).
     python scripts/execute_solutions.py --check                execute, report, write nothing (exit 1 on an error)
 
 Each notebook runs with nbclient in a fresh kernel whose cwd is the notebook's folder, with no GPU visible
-(CUDA_VISIBLE_DEVICES=""), in learner mode (COURSE_GRADING unset: a check that needs a GPU prints NOT CHECKED HERE)
+(CUDA_VISIBLE_DEVICES=""), without the 7B simulations' disk cache (MEMLAB_SIMULATION_CACHE=off unless set: a cached
+simulation would show a time no learner's first run shows), in learner mode (COURSE_GRADING unset: a check that needs a GPU prints NOT CHECKED HERE)
 and offline unless told otherwise (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE default to 1). Cell metadata (nbgrader's
 included) is kept, no timings are recorded. A notebook whose run fails is left untouched and the script exits 1;
 cells tagged `raises-exception` may raise. Afterwards run scripts/build_lessons.py (outputs never reach lessons/,
@@ -19,6 +20,10 @@ nothing under solutions/ is written (for trying a new environment, e.g. the newe
 plain install brings; CI's drift check grades the solutions with every cell run instead: .ci/run). It prints each notebook's time and slowest cell, and for a failing notebook the cell (index, nbgrader
 grade_id, first line) and its error; it also checks that the kernel is this script's own Python, so the versions
 tested are the environment's. Exit status 1 if any notebook failed.
+
+A progress bar (`tqdm.auto`: in a kernel, a widget whose state lives in the kernel) is written into the committed
+notebook as the last line tqdm would have left in a terminal, on stderr (`settle_progress_bars`): the notebook carries
+no widget state, and a reader sees how far the bar went and how long it took.
 
 `--edition ko` executes the Korean edition's solutions (ko/solutions/, built by scripts/build_lessons.py, never
 committed executed) in a temporary copy and keeps the outputs of their `needs(...)` cells in
@@ -85,6 +90,67 @@ def execute_notebook(nb, cwd: Path, timeout: int, **hooks) -> float:
     return time.perf_counter() - start
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+BAR_WIDTH = 10  # characters of a settled bar, as tqdm draws one in a narrow terminal
+
+
+def _bar_text(state: dict, model_id: str) -> str | None:
+    """The last state of the tqdm.notebook bar whose container is widget `model_id`, as one line of text (None if
+    that widget is not such a bar): its left text, the bar, its right text, as `tqdm.notebook.display` split them."""
+    import html
+
+    def model(ref: str) -> dict:
+        return state.get(ref.removeprefix("IPY_MODEL_"), {})
+
+    box = model(model_id)
+    children = [model(ref) for ref in box.get("state", {}).get("children", [])]
+    kinds = [child.get("model_name") for child in children]
+    if box.get("model_name") != "HBoxModel" or kinds != ["HTMLModel", "FloatProgressModel", "HTMLModel"]:
+        return None
+    left, progress, right = (child["state"] for child in children)
+
+    def text(value: str) -> str:
+        return html.unescape(value or "").replace("\u2007", " ")  # tqdm pads with figure spaces
+
+    if "/?" in text(right.get("value")).split("[")[0]:  # no total ("7/?"): tqdm draws no bar, only the count
+        return " ".join(
+            part for part in (text(left.get("value")).strip(), text(right.get("value")).strip()) if part
+        )
+    done = progress.get("value", 0) / progress["max"] if progress.get("max") else 0.0
+    filled = min(BAR_WIDTH, int(done * BAR_WIDTH))
+    return f"{text(left.get('value'))}|{'█' * filled}{' ' * (BAR_WIDTH - filled)}|{text(right.get('value'))}"
+
+
+def settle_progress_bars(nb) -> int:
+    """Replace each tqdm progress bar an executed notebook `nb` shows (a widget) by its last state as text on stderr,
+    and drop the widgets' saved state from its metadata once no widget is left; the number of bars replaced."""
+    import nbformat
+
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    settled, widgets_left = 0, 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        outputs = []
+        for output in cell.outputs:
+            view = output.get("data", {}).get(WIDGET_VIEW)
+            line = _bar_text(state, view.get("model_id", "")) if view else None
+            if line is None:
+                widgets_left += view is not None
+                outputs.append(output)
+                continue
+            if outputs and outputs[-1].get("output_type") == "stream" and outputs[-1].get("name") == "stderr":
+                outputs[-1]["text"] += line + "\n"
+            else:
+                outputs.append(nbformat.v4.new_output("stream", name="stderr", text=line + "\n"))
+            settled += 1
+        cell.outputs = outputs
+    if not widgets_left:
+        nb.metadata.pop("widgets", None)
+    return settled
+
+
 def execute(path: Path, timeout: int) -> float:
     """Run the notebook at `path` top to bottom and write it back with its outputs; the wall time in seconds."""
     import nbformat
@@ -98,6 +164,7 @@ def execute(path: Path, timeout: int) -> float:
     finally:
         if saved is not None:
             os.environ["MPLBACKEND"] = saved
+    settle_progress_bars(nb)
     nbformat.write(nb, path)
     keep_handed_in(path.parent)
     return seconds
@@ -134,6 +201,7 @@ def record_edition(language: str, names: list[str], timeout: int) -> int:
             finally:
                 if saved is not None:
                     os.environ["MPLBACKEND"] = saved
+        settle_progress_bars(nb)
         record = {
             "about": f"the outputs of the needs(...) cells of {language}/solutions/{slug}, executed on a CPU by "
             f"python scripts/execute_solutions.py --edition {language} {slug}",
@@ -307,12 +375,15 @@ def main(argv: list[str] | None = None) -> int:
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     from autograders.kit import GRADING_ENV
+    from memlab import estimate
 
     # inherited by every kernel started below
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ.pop(GRADING_ENV, None)
+    # no disk cache of the 7B simulations: the outputs show what a learner's first run shows (its times included)
+    os.environ.setdefault(estimate.CACHE_ENV, "off")
 
     if args.edition:
         return record_edition(args.edition, args.lessons, args.timeout)

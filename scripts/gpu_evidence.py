@@ -1310,7 +1310,7 @@ def plots(merged: dict, results: Path, slug: str) -> list[Path]:
         total = merged.get("_device", {}).get("total_gib")
         if total:
             ax.axhline(total, color="black", ls=":", lw=1, label=f"GPU memory ({total:.0f} GiB)")
-        ax.set(ylabel="peak GiB", title=f"Llama-2-7B LoRA step, seq 1024, micro-batch 1, on {name}")
+        ax.set(ylabel="peak memory (GiB)", title=f"Llama-2-7B LoRA step, seq 1024, micro-batch 1, on {name}")
         ax.legend(fontsize=8)
         written.append(_save(fig, results / f"{slug}-lora-7b.png"))
 
@@ -1324,8 +1324,8 @@ def plots(merged: dict, results: Path, slug: str) -> list[Path]:
                     "without checkpointing": (ckpt["peak_mib_without"], ckpt["step_ms_without"]),
                     "with checkpointing": (ckpt["peak_mib_with"], ckpt["step_ms_with"]),
                 },
-                "peak MiB",
-                "ms per step",
+                "peak memory (MiB)",
+                "time per step (ms)",
                 ax=axes[0],
                 title=f"{ckpt['layers']} Llama-2-7B layers, seq {ckpt['seq']}",
             )
@@ -1335,8 +1335,8 @@ def plots(merged: dict, results: Path, slug: str) -> list[Path]:
                     "fp32": (amp["fp32_peak_mib"], amp["fp32_step_ms"]),
                     "bf16 autocast": (amp["bf16_peak_mib"], amp["bf16_step_ms"]),
                 },
-                "peak MiB",
-                "ms per step",
+                "peak memory (MiB)",
+                "time per step (ms)",
                 ax=axes[1],
                 title="lesson 03's MLP: bf16 autocast vs fp32",
             )

@@ -14,12 +14,17 @@ give learners OUT_DIR instead (or OUT_DIR.zip with --zip). It holds:
                              compare with the stored values in autograders/data/)
     grading/                 the grader's code (no secret in it: without the references it cannot grade drawn cases)
     jupyter-config/learner/  the learner's JupyterLab view, installed by pyproject.toml
-    README.md, README.ko.md  the learner part of this README and of the Korean one (install, open)
+    results/...              only the files a released lesson links to: the GPU results its GPU sections cite
+                             (results/<gpu>.json and the figures made from it)
+    README.md, README.ko.md  the front pages (install, open)
     docs/learn.md, docs/learn.ko.md  the learner's guide, in both editions
     requirements.txt, requirements-ko.txt, environment.yml, pyproject.toml
     RELEASE.json             the commit it was built from and a SHA-256 of every file
 
-Nothing else: no solutions/, tests/, scripts/, results/, .ci/. tests/test_release.py builds one and checks it.
+Nothing else: no solutions/, tests/, scripts/, .ci/, nor the rest of results/. tests/test_release.py builds one and
+checks it. A learner starts JupyterLab in the release's folder (`jupyter lab`, as in the repository), so a lesson's
+relative links (lessons/NN-slug/ -> ../../results/...) open there as they do in the repository: a link to a file
+that is neither released nor in CITED stops the build.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_lessons import ROOT, render  # noqa: E402
@@ -50,6 +57,80 @@ PACKAGES = ["memlab", "autograders", "grading"]  # pyproject.toml installs all t
 NEVER = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "references")
 README_END = "<!-- the learner release's README ends here -->"
 CLONE = "git clone <this repository> memlab-course && cd memlab-course"
+#: the folders of the repository whose files a released lesson or guide may link to besides the released ones: the
+#: GPU results the lessons cite, the note on the JupyterLab views. Only the files linked to are copied.
+CITED = ("results", "jupyter-config")
+_HTML_URL = re.compile(r"""<(?:img|a|source)\b[^>]*?\b(?:src|href)\s*=\s*["']([^"']+)["']""", re.IGNORECASE)
+
+
+def _urls(tokens: list[dict]) -> list[str]:
+    found = []
+    for token in tokens:
+        if token.get("type") in ("link", "image"):
+            found.append(token["attrs"]["url"])
+        if token.get("type") in ("inline_html", "block_html"):
+            found += _HTML_URL.findall(token.get("raw", ""))
+        found += _urls(token.get("children") or [])
+    return found
+
+
+def relative_links(markdown: str) -> list[str]:
+    """The paths of the relative links and images of `markdown` (`[text](url)`, `![alt](url)`, reference links,
+    `<img src>` and `<a href>` written as HTML), in order, without #fragment or ?query, unquoted; not a URL with a
+    scheme or a host, nor a #fragment of the page itself. Read with mistune, nbconvert's markdown parser."""
+    import mistune
+
+    paths = []
+    for url in _urls(mistune.create_markdown(renderer=None)(markdown)):
+        parts = urlsplit(url)
+        if not (parts.scheme or parts.netloc) and parts.path:
+            paths.append(unquote(parts.path))
+    return paths
+
+
+def notebook_links(notebook: Path) -> list[str]:
+    """The relative links of every markdown cell of the notebook at `notebook`."""
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    return [
+        link
+        for cell in nb["cells"]
+        if cell["cell_type"] == "markdown"
+        for link in relative_links("".join(cell["source"]))
+    ]
+
+
+def document_links(path: Path) -> list[str]:
+    """The relative links of a notebook's markdown cells or of a markdown file."""
+    if path.suffix == ".ipynb":
+        return notebook_links(path)
+    return relative_links(path.read_text(encoding="utf-8"))
+
+
+def copy_cited(out: Path) -> list[str]:
+    """Copy into `out` the files of CITED that the notebooks and markdown files under `out` link to, where they are
+    in the repository; the paths copied. SystemExit for a link to a file that is neither in `out` nor in CITED."""
+    copied = []
+    documents = sorted([*out.rglob("*.ipynb"), *out.rglob("*.md")])
+    for notebook in documents:
+        for link in document_links(notebook):
+            target = (notebook.parent / link).resolve()
+            if not target.is_relative_to(out.resolve()):
+                raise SystemExit(
+                    f"release.py: {notebook.relative_to(out)} links to {link}, outside the release"
+                )
+            relative = target.relative_to(out.resolve())
+            if target.exists():
+                continue
+            source = ROOT / relative
+            if relative.parts[0] not in CITED or not source.is_file():
+                raise SystemExit(
+                    f"release.py: {notebook.relative_to(out)} links to {link}, which the release does not hold "
+                    f"(only files of {', '.join(CITED)} that a lesson links to are copied into it)"
+                )
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, target)
+            copied.append(relative.as_posix())
+    return copied
 
 
 def learner_readme(readme: str) -> str:
@@ -83,6 +164,7 @@ def build(out: Path) -> list[str]:
     for name in READMES:
         if (ROOT / name).is_file():
             (out / name).write_text(learner_readme((ROOT / name).read_text()))
+    copy_cited(out)
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     commit = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True

@@ -1,7 +1,8 @@
 """The course as a learner meets it: JupyterLab in a real browser (Debian's chromium, headless, driven by Playwright).
 
-A temporary copy of lessons/ (and nbgrader_config.py, which Validate reads) is served by JupyterLab from this test
-environment on 127.0.0.1 with a random port and token (tests/lab_server.py). Exercises are solved by copying their
+A temporary copy of the course as a learner has it (lessons/, ko/lessons/ for the Korean lesson 02, the results/ the
+lessons cite, nbgrader_config.py, which Validate reads) is served by JupyterLab from its top folder, as the README's
+`jupyter lab` does, from this test environment on 127.0.0.1 with a random port and token (tests/lab_server.py). Exercises are solved by copying their
 solution cells from solutions/ into the learner copies, found by nbgrader grade_id, never by cell position. The
 tests use the keyboard and the toolbar as a learner does, and read what the page shows:
 
@@ -12,15 +13,17 @@ tests use the keyboard and the toolbar as a learner does, and read what the page
    "Success" and shows the failed check;
 4. every lesson as released: the Run menu's "Run All Cells" reaches the last cell (the cells that stop are tagged
    `raises-exception`), the stopped sections show the model solution's recorded outputs (lesson 07's figures), and
-   JupyterLab asks nothing about Jupyter news; the notebook, saved, then passes the learner Run All assertions
-   (run_all.py) for every lesson served unchanged, so that nbclient need not run it again;
-5. the Korean edition of lesson 02 (ko/lessons/, served next to the English lessons): its setup cell speaks Korean,
+   JupyterLab asks nothing about Jupyter news; every figure on the page (the plots, recorded or drawn, and the
+   images a lesson links from results/) is loaded and drawn, and each gets a screenshot; the notebook, saved, then
+   passes the learner Run All assertions (run_all.py) for every lesson served unchanged, so that nbclient need not
+   run it again;
+5. the Korean edition of lesson 02 (ko/lessons/, served next to lessons/): its setup cell speaks Korean,
    the solved Exercise 2.1 passes with the Korean ✓ line, and the same wrong `decode` gets the check's message in
    Korean, with no frame of the kit;
 6. JupyterLab's own interface in Korean (jupyterlab-language-pack-ko-KR, requirements-ko.txt): the server offers it,
    and with the language setting a learner picks in Settings -> Language, the menus are Korean.
 
-Screenshots go to the test's tmp folder (paths printed; `pytest -s` shows them). Skipped, with the reason, where
+Screenshots go to the test's tmp folder (paths printed; `pytest -s` shows them), one per figure as well. Skipped, with the reason, where
 no browser can be had: chromium not installed (`apt-get install chromium`; MEMLAB_CHROMIUM=/path overrides
 where it is looked for) or Playwright not importable (`pip install -r requirements-test.txt`). Playwright's own
 browser download is not used.
@@ -43,8 +46,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 LESSONS, SOLUTIONS = REPO / "lessons", REPO / "solutions"
 KO_LESSONS, KO_SOLUTIONS = REPO / "ko" / "lessons", REPO / "ko" / "solutions"
-KOREAN = "ko"  # the Korean lessons' folder under the served root: ko/NN-slug/NN-slug.ipynb
+ENGLISH, KOREAN = (
+    "lessons",
+    "ko/lessons",
+)  # the lessons' folders under the served root: FOLDER/NN-slug/NN-slug.ipynb
 HANGUL = re.compile("[가-힣]")
+MARKDOWN_IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)")
 L02, L03 = SOLVED_IN_THE_BROWSER  # served with some exercises solved (the lab fixture)
 L07 = "07-fp8-transformer-engine"
 GPU_ONLY = "e4_measure_amp_step"  # Exercise 3.4: needs CUDA; this machine has none
@@ -116,23 +123,25 @@ def lab(tmp_path_factory):
     )
     tmp = tmp_path_factory.mktemp("browser-course")
     course = tmp / "course"
-    shutil.copytree(LESSONS, course / "lessons", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copytree(LESSONS, course / ENGLISH, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copytree(REPO / "results", course / "results")  # what the lessons link to (../../results/...)
     shutil.copy(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
     assert _solve(L02, course / "lessons" / L02 / f"{L02}.ipynb", only_ids=("e1_decode",)) == ["e1_decode"]
     solved = _solve(L03, course / "lessons" / L03 / f"{L03}.ipynb", except_ids=(GPU_ONLY,))
     assert len(solved) >= 3, solved
-    korean = course / "lessons" / KOREAN / L02
+    korean = course / KOREAN / L02
     korean.mkdir(parents=True)
     korean_solved = _solve(
         L02, korean / f"{L02}.ipynb", only_ids=("e1_decode",), lessons=KO_LESSONS, solutions=KO_SOLUTIONS
     )
     assert korean_solved == ["e1_decode"]
-    with running_lab(course / "lessons", tmp / "work", cwd=course) as server:
+    with running_lab(course, tmp / "work", cwd=course) as server:
         # the served copies: cell positions are read from them (lessons/ may be regenerated while tests run)
         yield SimpleNamespace(
             url=server.url,
             token=server.token,
-            lessons=course / "lessons",
+            root=course,
+            lessons=course / ENGLISH,
             server=server,
             user_settings=tmp / "work" / "jupyter-user" / "lab" / "user-settings",  # lab_server.jupyter_env's
         )
@@ -170,24 +179,23 @@ def page(browser):
 # ---- driving JupyterLab ------------------------------------------------------------------------------------------
 
 
-def open_notebook(page, lab, slug: str, folder: str = ""):
-    """Open lesson `slug` (in `folder` of the served root: "ko" for the Korean edition) in a fresh workspace
+def open_notebook(page, lab, slug: str, folder: str = ENGLISH):
+    """Open lesson `slug` (in `folder` of the served root: KOREAN for the Korean edition) in a fresh workspace
     (?reset); wait until every cell is on the page (the default windowing mode, contentVisibility, keeps them all in
     the DOM, so a cell's position is its index)."""
     from playwright.sync_api import expect
 
-    path = f"{folder}/{slug}" if folder else slug
-    page.goto(f"{lab.url}/lab/tree/{path}/{slug}.ipynb?reset&token={lab.token}")
+    page.goto(f"{lab.url}/lab/tree/{folder}/{slug}/{slug}.ipynb?reset&token={lab.token}")
     panel = page.locator(".jp-NotebookPanel:visible")
     expect(panel.locator(".jp-Notebook .jp-Cell")).to_have_count(len(served_cells(lab, slug, folder)))
     return panel
 
 
-def served_cells(lab, slug: str, folder: str = "") -> list[dict]:
-    return json.loads((lab.lessons / folder / slug / f"{slug}.ipynb").read_text())["cells"]
+def served_cells(lab, slug: str, folder: str = ENGLISH) -> list[dict]:
+    return json.loads((lab.root / folder / slug / f"{slug}.ipynb").read_text())["cells"]
 
 
-def cell_index(lab, slug: str, pick, folder: str = "") -> int:
+def cell_index(lab, slug: str, pick, folder: str = ENGLISH) -> int:
     """The position of a cell in the served learner notebook, found by content or nbgrader metadata."""
     return next(i for i, c in enumerate(served_cells(lab, slug, folder)) if pick(c))
 
@@ -373,10 +381,41 @@ def test_run_all_reaches_the_end_of_an_unsolved_lesson(lab, page, tmp_path, slug
         )
     if slug == L07:  # its stopped sections are figures
         assert panel.locator(".jp-Notebook .jp-OutputArea img").count() >= 1, "no recorded figure is shown"
+    figures = shoot_figures(panel, tmp_path, slug)
+    linked = [
+        m for c in cells if c["cell_type"] == "markdown" for m in MARKDOWN_IMAGE.findall("".join(c["source"]))
+    ]
+    assert len(figures) >= len(linked), (
+        f"{slug}: {len(figures)} figures drawn, fewer than its images {linked}"
+    )
     toasts = " ".join(page.locator(".Toastify__toast").all_inner_texts())
     assert "news" not in toasts.lower(), f"JupyterLab asks about news: {toasts}"
     if slug not in SOLVED_IN_THE_BROWSER:  # served as released: what Run All left must stop only politely
         assert_run_all_stops_politely(saved_after_run_all(page, lab, slug), slug)
+
+
+def shoot_figures(panel, tmp_path: Path, slug: str) -> list[Path]:
+    """A screenshot of every figure of the notebook on the page (a plot in a cell's output, recorded or drawn, or an
+    image of a markdown cell), after waiting for it to be loaded and drawn with a size: an image JupyterLab could not
+    fetch (a link outside the served folder) has none. The paths, printed."""
+    images = panel.locator(".jp-Notebook .jp-OutputArea-output img, .jp-Notebook .jp-RenderedMarkdown img")
+    paths = []
+    for k in range(images.count()):
+        image = images.nth(k)
+        image.scroll_into_view_if_needed()
+        handle = image.element_handle()
+        loaded = "img => img.complete && img.naturalWidth > 0 && img.getBoundingClientRect().height > 0"
+        try:
+            image.page.wait_for_function(loaded, arg=handle, timeout=30_000)
+        except Exception as error:  # Playwright's TimeoutError: say which image
+            raise AssertionError(
+                f"{slug}: figure {k} ({image.get_attribute('src')[:80]}) is not drawn"
+            ) from error
+        path = tmp_path / f"figure-{slug}-{k:02d}.png"
+        image.screenshot(path=str(path))
+        print(f"screenshot: {path}")
+        paths.append(path)
+    return paths
 
 
 def saved_after_run_all(page, lab, slug: str):

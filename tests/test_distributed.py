@@ -112,3 +112,13 @@ def test_a_failing_job_says_why():
         launch({"no_such_job": {}})
     with pytest.raises(LaunchFailed, match="strategy must be one of"):
         launch({"zero_memory": dict(strategies=["zero9"])})
+
+
+def test_a_progress_bar_counts_the_jobs_as_rank_0_finishes_them(capsys):
+    """Lesson 05 launches five jobs in one torchrun (about 20 s on 2 idle cores, minutes on a busy laptop): with
+    `progress`, a tqdm bar (stderr outside a notebook) counts them as rank 0 finishes each."""
+    results = launch({"scaler_order": {}, "token_normalisation": {}}, progress="jobs done")
+    assert set(results) == {"scaler_order", "token_normalisation"}
+    bar = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    counts = [line for line in bar if line.startswith("jobs done:")]
+    assert counts and "2/2" in counts[-1], bar

@@ -8,7 +8,7 @@ import torch  # noqa: E402
 
 from memlab import plots  # noqa: E402
 from memlab.measure import measure_training_step  # noqa: E402
-from memlab.models import mlp  # noqa: E402
+from memlab.models import build_model, mlp, tiny_llama_config  # noqa: E402
 
 
 def test_memory_timeline_marks_the_peak_and_the_marks():
@@ -25,24 +25,30 @@ def test_memory_timeline_marks_the_peak_and_the_marks():
 
 def test_memory_timeline_labels_stay_inside_the_axes_and_apart():
     """The marks of one training step (forward, backward, optimizer step, zero_grad: the last two a few operators
-    apart) are labelled without any two labels overlapping and without a label leaving the axes."""
-    model = mlp([64, 256, 256, 10])
+    apart) are labelled without any two labels overlapping or standing side by side (lesson 06's "after optimizer
+    step" and "after zero_grad" ran together), and without a label leaving the axes, in a narrow panel too."""
+    model = build_model(tiny_llama_config())  # lesson 06's: about 800 operators, the last two marks 4 apart
+    ids = torch.randint(3, 100, (2, 16))
     trace = measure_training_step(
-        model, (torch.randn(8, 64), torch.randint(0, 10, (8,))), torch.optim.AdamW(model.parameters())
+        model, {"input_ids": ids, "labels": ids}, torch.optim.AdamW(model.parameters())
     )
-    ax = plots.memory_timeline(trace)
-    fig = ax.figure
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    boxes = [t.get_window_extent(renderer) for t in ax.texts]
-    assert len(boxes) == len(trace.marks) >= 3
-    frame = ax.get_window_extent(renderer)
-    for box in boxes:
-        assert frame.y0 <= box.y0 and box.y1 <= frame.y1, (box, frame)
-    for k, a in enumerate(boxes):
-        for b in boxes[k + 1 :]:
-            assert not a.overlaps(b), (a, b)
-    plt.close("all")
+    for figsize in ((8, 3.2), (5, 3.2)):
+        ax = plots.memory_timeline(trace, ax=plt.subplots(figsize=figsize)[1])
+        fig = ax.figure
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        boxes = _boxes(ax.texts, renderer)
+        assert len(boxes) == len(trace.marks) >= 4
+        frame = ax.get_window_extent(renderer)
+        for box in boxes:
+            assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (box, frame)
+            assert frame.y0 <= box.y0 and box.y1 <= frame.y1, (box, frame)
+        for k, a in enumerate(boxes):
+            for b in boxes[k + 1 :]:
+                side_by_side = min(a.y1, b.y1) > max(a.y0, b.y0)  # some height in common
+                apart = max(a.x0, b.x0) - min(a.x1, b.x1)  # the room between them, in pixels
+                assert not side_by_side or apart > a.width, (figsize, a, b)
+        plt.close("all")
 
 
 def test_stacked_components_stacks_every_component():
@@ -50,13 +56,95 @@ def test_stacked_components_stacks_every_component():
     ax = plots.stacked_components(rows, limits={"GPU": 3 * 2**20})
     heights = sorted(round(p.get_height(), 6) for p in ax.patches)
     assert heights == [0.0, 1.0, 1.0, 2.0]  # b has no y: a zero-height segment
-    assert ax.get_ylabel() == "MiB"
+    assert ax.get_ylabel() == "memory (MiB)"
     plt.close("all")
+
+
+#: lesson 01's Llama-2-7B budgets, bytes per parameter (its §6)
+CONVENTIONS = {
+    "ZeRO": {"weights": 2, "gradients": 2, "master weights": 4, "optimizer state": 8},
+    "Megatron-LM, bf16": {"weights": 2, "gradients": 4, "master weights": 4, "optimizer state": 8},
+    "Megatron-LM, fp16": {"weights": 2, "gradients": 6, "master weights": 4, "optimizer state": 8},
+    "Hugging Face": {"weights": 6, "gradients": 4, "optimizer state": 8},
+    "EleutherAI (fp16 grads)": {"weights": 2, "gradients": 2, "master weights": 4, "optimizer state": 8},
+    "EleutherAI (fp32 grads)": {"weights": 2, "gradients": 4, "master weights": 4, "optimizer state": 8},
+}
+
+
+def _boxes(artists, renderer):
+    return [a.get_window_extent(renderer) for a in artists]
+
+
+def test_stacked_components_legend_covers_no_bar_and_labels_stand_apart():
+    """Lesson 01's 7B budgets: the legend is beside the bars (it covered the last one), each component has a colour
+    of its own that is not another's look-alike (gradients and master weights were two oranges), and the bars' names
+    stand level without touching each other."""
+    ax = plots.stacked_components(
+        {k: {c: v * 6.7e9 for c, v in parts.items()} for k, parts in CONVENTIONS.items()},
+        unit=2**30,
+        unit_name="GiB",
+    )
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert not legend.overlaps(ax.get_window_extent(renderer))
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "optimizer state",
+        "master weights",
+        "gradients",
+        "weights",
+    ]  # the stack's order, top down
+    colors = {}
+    for patch in ax.patches:
+        colors.setdefault(patch.get_label(), patch.get_facecolor())
+    rgb = [matplotlib.colors.to_rgb(c) for c in colors.values()]
+    for k, a in enumerate(rgb):
+        for b in rgb[k + 1 :]:
+            assert sum(abs(x - y) for x, y in zip(a, b, strict=True)) > 0.3, (colors, a, b)
+    ticks = _boxes(ax.get_xticklabels(), renderer)
+    assert all(t.get_rotation() == 0 for t in ax.get_xticklabels())
+    for a, b in zip(ticks, ticks[1:]):
+        assert a.x1 < b.x0, (a, b)
+    plt.close("all")
+
+
+def test_component_colors_are_fixed_for_known_components_and_distinct_for_others():
+    colors = plots.component_colors(["parameters", "x", "gradients", "y"])
+    assert colors["parameters"] == plots.COLORS["parameters"]
+    assert colors["gradients"] == plots.COLORS["gradients"]
+    assert len(set(colors.values())) == 4
+
+
+def test_wrap_label_counts_display_columns():
+    assert plots.wrap_label("EleutherAI (fp16 grads)", 12) == "EleutherAI\n(fp16 grads)"
+    assert plots.wrap_label("DDP,\nbucket view", 30) == "DDP,\nbucket view"
+    assert plots.wrap_label("가나다라 마바", 8) == "가나다라\n마바"  # 8 columns, 4 syllables
 
 
 def test_tradeoff_labels_every_point():
     ax = plots.tradeoff({"fp32": (10.0, 1.0), "bf16": (6.0, 0.5)}, "peak (GiB)", "step time (s)")
     assert {t.get_text() for t in ax.texts} == {"fp32", "bf16"}
+    plt.close("all")
+
+
+def test_tradeoff_labels_stay_inside_beside_their_points():
+    """Lesson 06's trade-off: a label level with its point, clear of it and of an error bar through it (the fp32
+    label sat on its marker's bar), inside the axes."""
+    points = {"fp32": (119.0, 114.6), "bf16": (100.0, 103.2), "bf16+ckpt+8bit": (37.0, 146.0)}
+    ax = plots.tradeoff(points, "peak memory (MiB)", "time per optimizer step (ms)")
+    for x, y in points.values():
+        ax.errorbar(x, y, yerr=4.0, fmt="none", ecolor="grey")
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    for text in ax.texts:
+        box = text.get_window_extent(renderer)
+        x, y = ax.transData.transform(points[text.get_text()])
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+        assert box.y0 < y < box.y1  # level with its point
+        assert box.x0 - x > 4 or x - box.x1 > 4  # beside it, clear of the marker and the error bar
     plt.close("all")
 
 

@@ -14,6 +14,7 @@ import sys
 
 import nbformat
 import pytest
+from links import broken_links, notebook_links, served_folder
 from nbgrader_pipeline import SCRIPTS, SOLUTIONS, lesson_slugs
 
 
@@ -47,6 +48,7 @@ def test_it_holds_the_lessons_the_toolkit_and_the_checks(release):
         "pyproject.toml",
         "requirements-ko.txt",
         "requirements.txt",
+        "results",
     ]
     for slug in lesson_slugs():
         assert (release / "lessons" / slug / f"{slug}.ipynb").is_file()
@@ -66,7 +68,17 @@ def test_it_holds_the_lessons_the_toolkit_and_the_checks(release):
 
 def test_nothing_that_gives_answers_away(release):
     names = {p.relative_to(release).as_posix() for p in release.rglob("*")}
-    assert not any(n.startswith(("solutions", "tests", "scripts", "results", ".ci")) for n in names)
+    assert not any(n.startswith(("solutions", "tests", "scripts", ".ci")) for n in names)
+    # of results/, only what a lesson or a guide links to (the GPU results its GPU sections cite, the install sizes)
+    from release import document_links
+
+    cited = {
+        (doc.parent / link).resolve().relative_to(release.resolve()).as_posix()
+        for doc in [*release.rglob("*.ipynb"), *release.rglob("*.md")]
+        for link in document_links(doc)
+    }
+    results = {p.relative_to(release).as_posix() for p in (release / "results").rglob("*") if p.is_file()}
+    assert results and results <= cited, results - cited
     assert not any("references" in n for n in names)
     for path in release.rglob("*.ipynb"):
         text = path.read_text()
@@ -92,10 +104,35 @@ def test_nothing_that_gives_answers_away(release):
                 leaked = [line for line in own if line in released_text]
                 assert own and not leaked, (slug, cell.metadata["nbgrader"]["grade_id"], leaked)
     readme = (release / "README.md").read_text()
-    assert "git clone" not in readme and "## Teach" not in readme and "jupyter lab lessons/" in readme
+    assert "git clone" not in readme and "## Teach" not in readme and "jupyter lab" in readme
     korean = (release / "README.ko.md").read_text()
     assert "git clone" not in korean and "scripts/grade.py" not in korean and "ko/lessons" in korean
     assert "docs/learn.md" in readme and "docs/learn.ko.md" in korean
+
+
+def test_every_link_of_every_lesson_opens_in_the_jupyterlab_its_readme_starts(release):
+    """The release's README starts JupyterLab in the release's own folder: every relative link and image of every
+    lesson (the GPU results a lesson cites, a file of the toolkit) is a file in that folder (tests/links.py)."""
+    for readme, lessons in (("README.md", "lessons"), ("README.ko.md", "ko/lessons")):
+        notebooks = sorted((release / lessons).glob("*/*.ipynb"))
+        assert len(notebooks) == len(lesson_slugs()), notebooks
+        assert sum(len(notebook_links(nb)) for nb in notebooks) > 0
+        assert broken_links(notebooks, served_folder(release / readme)) == []
+
+
+def test_every_link_of_the_released_guides_opens_in_the_release(release):
+    """The front pages and learner's guides the release ships link only to files and folders it holds (docs/learn.md
+    cites results/install_sizes.json and jupyter-config/README.md: copied as a lesson's cited results are)."""
+    from release import relative_links
+
+    guides = ["README.md", "README.ko.md", "docs/learn.md", "docs/learn.ko.md"]
+    missing = [
+        (guide, link)
+        for guide in guides
+        for link in relative_links((release / guide).read_text(encoding="utf-8"))
+        if not ((release / guide).parent / link).exists()
+    ]
+    assert missing == []
 
 
 def _run_in_release(release, code: str, **env) -> subprocess.CompletedProcess:
@@ -165,3 +202,20 @@ def test_an_existing_folder_is_refused(tmp_path):
         timeout=60,
     )
     assert proc.returncode == 2 and "already exists" in proc.stderr
+
+
+def test_a_lesson_linking_to_what_the_release_must_not_hold_stops_the_build(tmp_path):
+    """Only files of release.CITED (results/) are copied for a link; a link to a solution stops the build."""
+    import release
+
+    lesson = tmp_path / "lessons" / "01-x" / "01-x.ipynb"
+    lesson.parent.mkdir(parents=True)
+    for link, copied in (("../../results/nvidia-h200.json", True), ("../../solutions/README.md", False)):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"[it]({link})")])
+        nbformat.write(nb, lesson)
+        if copied:
+            assert release.copy_cited(tmp_path) == ["results/nvidia-h200.json"]
+            assert (tmp_path / "results" / "nvidia-h200.json").is_file()
+        else:
+            with pytest.raises(SystemExit, match="which the release does not hold"):
+                release.copy_cited(tmp_path)
