@@ -79,6 +79,7 @@ def test_front_pages_are_short_and_send_each_reader_on(page):
             "docs/learn.md",
             "docs/teach.md",
             "docs/trust-model.md",
+            "docs/class.md",
         ]
     )
     assert {*guides, "docs/develop.md", "docs/gpu.md"} <= targets, targets
