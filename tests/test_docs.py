@@ -73,7 +73,7 @@ def test_front_pages_are_short_and_send_each_reader_on(page):
     targets = {url.partition("#")[0] for url in links(text)}
     korean = page.endswith(".ko.md")
     guides = (
-        ["docs/learn.ko.md", "docs/teach.ko.md", "docs/trust-model.ko.md"]
+        ["docs/learn.ko.md", "docs/teach.ko.md", "docs/trust-model.ko.md", "docs/class.ko.md"]
         if korean
         else [
             "docs/learn.md",
