@@ -669,3 +669,66 @@ def test_graded_the_kernel_computes_no_expected_value(good_run, tmp_path, strict
         assert len(transcript.records) == records, (check_fn.check_name, transcript.records)
         assert all(r.failed is None for r in transcript.records), check_fn.check_name
         assert all(r.missing is None for r in transcript.records[:-1]), check_fn.check_name
+
+
+# ---- each learner's run is their own: a seed drawn per run ---------------------------------------------------------
+
+
+def _lesson_code(marker: str) -> str:
+    """The source of the solution's one code cell that contains `marker`."""
+    nb = nbformat.read(SOLUTION, as_version=4)
+    (source,) = [c.source for c in nb.cells if c.cell_type == "code" and marker in c.source]
+    return source
+
+
+def _lesson_functions(marker: str, *names: str) -> dict:
+    """The functions `names` defined in the cell that contains `marker`, run in a namespace of the lesson's names."""
+    import statistics
+
+    from tqdm.auto import tqdm
+
+    tree = ast.parse(_lesson_code(marker))
+    defs = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in names]
+    namespace = {"torch": torch, "time": time, "statistics": statistics, "tqdm": tqdm, "DEVICE": DEVICE}
+    exec(compile(ast.Module(body=defs, type_ignores=[]), str(SOLUTION), "exec"), namespace)
+    return namespace
+
+
+def test_e3_each_run_of_the_lesson_draws_its_own_seed():
+    """The cell that sets CAPSTONE draws a seed each time it runs: honest runs of the lesson as written are not the
+    same run (the grader flags one adapter handed in by two students as copied work)."""
+    import os
+
+    seeds = set()
+    for _ in range(3):
+        namespace = {"SIZES": {"seq": 128, "micro_batch": 8, "accumulation": 2, "lr": 2e-3, "steps": 80}}
+        namespace.update(TARGETS=TARGETS, Path=Path, os=os, print=lambda *args, **kwargs: None)
+        exec(_lesson_code("CAPSTONE = dict("), namespace)
+        seeds.add(namespace["CAPSTONE"]["seed"])
+    assert len(seeds) == 3, seeds
+
+
+def test_e3_runs_with_two_seeds_are_not_the_same_work():
+    """Two short runs the lesson's way (torch seeded with the run's seed, train_lora drawing its batches from it):
+    with two seeds their adapters are far apart for the grader's comparison, with one seed they are the same work."""
+    from grading.batch import same_work
+
+    lesson = _lesson_functions("def train_lora(", "encode", "train_lora")
+    reviews = {
+        "text": ["a fine film, I loved it"] * 8 + ["dull and far too long"] * 8,
+        "label": [1] * 8 + [0] * 8,
+    }
+
+    def run(seed: int) -> list[float]:
+        torch.manual_seed(seed)
+        base, tokenizer = models.load_tiny_base("seq-cls", device=DEVICE)
+        model = add_lora(base, 4)
+        tensors = lesson["encode"](reviews, tokenizer, 16)
+        lesson["train_lora"](
+            model, tensors, micro_batch=2, accumulation=1, checkpointing=False, steps=3, lr=1e-2, seed=seed
+        )
+        return l08.adapter_signature(model)
+
+    first, again, other = run(11), run(11), run(12)
+    assert same_work(first, again)
+    assert not same_work(first, other)
