@@ -70,7 +70,7 @@ def test_nothing_that_gives_answers_away(release):
     names = {p.relative_to(release).as_posix() for p in release.rglob("*")}
     assert not any(n.startswith(("solutions", "tests", "scripts", ".ci")) for n in names)
     # of results/, only what a lesson or a guide links to (the GPU results its GPU sections cite, the install sizes)
-    from release import document_links
+    from coursetools.release import document_links
 
     cited = {
         (doc.parent / link).resolve().relative_to(release.resolve()).as_posix()
@@ -123,7 +123,7 @@ def test_every_link_of_every_lesson_opens_in_the_jupyterlab_its_readme_starts(re
 def test_every_link_of_the_released_guides_opens_in_the_release(release):
     """The front pages and learner's guides the release ships link only to files and folders it holds (docs/learn.md
     cites results/install_sizes.json and jupyter-config/README.md: copied as a lesson's cited results are)."""
-    from release import relative_links
+    from coursetools.release import relative_links
 
     guides = ["README.md", "README.ko.md", "docs/learn.md", "docs/learn.ko.md"]
     missing = [
@@ -206,7 +206,7 @@ def test_an_existing_folder_is_refused(tmp_path):
 
 def test_a_lesson_linking_to_what_the_release_must_not_hold_stops_the_build(tmp_path):
     """Only files of release.CITED (results/) are copied for a link; a link to a solution stops the build."""
-    import release
+    from coursetools import release
 
     lesson = tmp_path / "lessons" / "01-x" / "01-x.ipynb"
     lesson.parent.mkdir(parents=True)
