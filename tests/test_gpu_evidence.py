@@ -297,7 +297,7 @@ def _run_plugin(tmp_path: Path, deadline: float) -> list[dict]:
             "-m",
             "pytest",
             "-p",
-            "gpu_evidence",
+            "coursetools.gpu.gpu_evidence",
             "-p",
             "no:cacheprovider",
             "-q",

@@ -15,7 +15,7 @@ import sys
 import nbformat
 import pytest
 from links import broken_links, notebook_links, served_folder
-from nbgrader_pipeline import SCRIPTS, SOLUTIONS, lesson_slugs
+from nbgrader_pipeline import ROOT, SCRIPTS, SOLUTIONS, lesson_slugs
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +66,23 @@ def test_it_holds_the_lessons_the_toolkit_and_the_checks(release):
     }
 
 
+def test_its_pyproject_installs_only_what_it_holds(release):
+    """The repository's pyproject.toml also installs coursetools/ and its commands, which the release has not: the
+    released one packages memlab, autograders and grading, and names only commands of theirs."""
+    import tomllib
+
+    project = tomllib.loads((release / "pyproject.toml").read_text())
+    packages = project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    assert packages == ["memlab", "autograders", "grading"] and all((release / p).is_dir() for p in packages)
+    commands = project["project"].get("scripts", {})
+    assert all(target.split(".")[0] in packages for target in commands.values()), commands
+    repository = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "coursetools" in repository["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+
+
 def test_nothing_that_gives_answers_away(release):
     names = {p.relative_to(release).as_posix() for p in release.rglob("*")}
-    assert not any(n.startswith(("solutions", "tests", "scripts", ".ci")) for n in names)
+    assert not any(n.startswith(("solutions", "tests", "scripts", "coursetools", ".ci")) for n in names)
     # of results/, only what a lesson or a guide links to (the GPU results its GPU sections cite, the install sizes)
     from coursetools.release import document_links
 

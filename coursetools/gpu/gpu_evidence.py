@@ -355,7 +355,7 @@ def step_pytest(ctx: Context, name: str, selection: list[str]) -> None:
         "-m",
         "pytest",
         "-p",
-        "gpu_evidence",
+        "coursetools.gpu.gpu_evidence",
         "-p",
         "no:cacheprovider",
         "-q",
