@@ -21,7 +21,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import importlib.util
 import json
+import os
 import sys
 
 from grading.i18n import _
@@ -121,11 +123,39 @@ def parse_check_cell(source: str) -> CheckCall | None:
     return None
 
 
+def import_course_module(name: str, source_dir: str):
+    """The module `name` as an import finds it; failing that, from the lesson's source folder `source_dir` (the tests'
+    fixture lesson keeps its checks next to its notebook), found last as if `source_dir` ended sys.path, without
+    putting it there. It is registered in sys.modules under `name`, so that a check cell's own `from name import ...`
+    in this process gets the same module."""
+    top = name.partition(".")[0]
+    if source_dir and top not in sys.modules and importlib.util.find_spec(top) is None:
+        package = os.path.join(source_dir, top)
+        if os.path.isfile(os.path.join(package, "__init__.py")):
+            spec = importlib.util.spec_from_file_location(
+                top, os.path.join(package, "__init__.py"), submodule_search_locations=[package]
+            )
+        elif os.path.isfile(package + ".py"):
+            spec = importlib.util.spec_from_file_location(top, package + ".py")
+        else:
+            spec = None
+        if spec is not None and spec.loader is not None:
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[top] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(top, None)
+                raise
+    return importlib.import_module(name)
+
+
 def load_check(call: CheckCall, source_dir: str):
     """The Check object `call` names, imported from the course's kit or the lesson's source folder."""
-    if source_dir and not call.module.startswith(("autograders.", "memlab.")) and source_dir not in sys.path:
-        sys.path.append(source_dir)
-    module = importlib.import_module(call.module)
+    if not call.module.startswith(("autograders.", "memlab.")):
+        module = import_course_module(call.module, source_dir)
+    else:
+        module = importlib.import_module(call.module)
     function = getattr(module, call.function, None)
     declared = getattr(function, "check", None)
     if declared is None:

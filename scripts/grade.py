@@ -6,12 +6,10 @@ python scripts/grade.py SUBMISSIONS_DIR --out grades.csv [--lessons SLUG ...] [-
 python scripts/grade.py --merge shard-1.csv shard-2.csv ... --out grades.csv
 """
 
-import sys
-
 from grading.batch import main
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
+        raise SystemExit(main())
     except KeyboardInterrupt:
-        sys.exit(130)
+        raise SystemExit(130) from None

@@ -6,7 +6,6 @@ module imports ``datasets``/``transformers`` (https://huggingface.co/docs/huggin
 
 import os
 import shutil
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,9 +23,6 @@ import pytest  # noqa: E402
 import autograders.kit as kit  # noqa: E402
 import memlab.hardware as hardware  # noqa: E402
 
-sys.path.insert(
-    0, str(Path(__file__).resolve().parents[1] / "scripts")
-)  # the scripts import as modules in tests
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
@@ -163,9 +159,9 @@ def real_grading(tmp_path_factory):
 
 def _grade_real_lessons(tmp: Path) -> dict:
     """Grade the real lessons into `tmp`; what `real_grading` keeps, as JSON-able data."""
-    from execute_solutions import hand_in
     from nbgrader_pipeline import SOLUTIONS, build_lessons, lesson_slugs, run_grade
 
+    from coursetools.execute_solutions import hand_in
     from grading.course import HANDED_IN
 
     slugs = lesson_slugs()

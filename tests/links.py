@@ -13,7 +13,7 @@ import re
 import shlex
 from pathlib import Path
 
-from release import README_END, notebook_links, relative_links
+from coursetools.release import README_END, notebook_links, relative_links
 
 __all__ = ["broken_links", "notebook_links", "relative_links", "served_folder"]
 

@@ -15,17 +15,16 @@ from pathlib import Path
 
 import nbformat
 
+from coursetools import build_lessons
+from grading.course import HANDED_IN
+from grading.course import graded_cells as course_graded_cells
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
 SOLUTIONS = ROOT / "solutions"
 LESSONS = ROOT / "lessons"
 FIXTURE_SOLUTIONS = ROOT / "tests" / "fixtures" / "minicourse" / "solutions"
 
-sys.path.insert(0, str(SCRIPTS))
-import build_lessons  # noqa: E402
-
-from grading.course import HANDED_IN  # noqa: E402
-from grading.course import graded_cells as course_graded_cells  # noqa: E402
 
 #: what ClearSolutions puts in place of a solution (nbgrader_config.py)
 CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"

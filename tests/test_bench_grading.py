@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import bench_grading
+from coursetools import bench_grading
 
 
 def test_a_progress_line_is_one_graded_notebook():

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import ci_profile
+from coursetools import ci_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FRONT_PAGES = ["README.md", "README.ko.md"]
 DOCS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
-PAGES = FRONT_PAGES + DOCS + ["results/README.md", "jupyter-config/README.md"]
+PAGES = FRONT_PAGES + DOCS + ["results/README.md", "jupyter-config/README.md", "coursetools/gpu/README.md"]
 #: a front page says what the course is and how to start; everything longer belongs in a reader's guide
 FRONT_PAGE_MAX_CHARS = 6000
 

@@ -1,4 +1,4 @@
-"""scripts/gpu_evidence.py and scripts/make_wheelhouse.py on the CPU: the rehearsal of every part, the merge, the
+"""coursetools/gpu/gpu_evidence.py and coursetools/gpu/make_wheelhouse.py on the CPU: the rehearsal of every part, the merge, the
 plan's GPU commands, the budget, the pytest plugin, the plots, and the wheelhouse's own checks.
 
 The rehearsal (`--rehearse`, about 2 minutes on 2 cores, marked slow) runs every part's plumbing here with CUDA
@@ -15,12 +15,11 @@ import time
 import zipfile
 from pathlib import Path
 
-import gpu_evidence
-import make_wheelhouse
 import pytest
 
+from coursetools.gpu import gpu_evidence, make_wheelhouse
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "gpu_evidence.py"
 STATUS = ("measured", "skipped: ", "failed: ")
 
 
@@ -38,7 +37,8 @@ def rehearsal(tmp_path_factory):
     proc = subprocess.run(
         [
             sys.executable,
-            str(SCRIPT),
+            "-m",
+            "coursetools.gpu.gpu_evidence",
             "--rehearse",
             "--out",
             str(tmp / "out"),
@@ -135,7 +135,7 @@ def test_the_pieces_and_the_first_two_calls_fit_one_allowance_at_worst(monkeypat
     """15 minutes of GPU time: the machine's start, TE's six pieces (66 s measured), then the proof and the
     benchmark, each until its timeout. A machine is not started with under 4 minutes left: the rest of the
     plan waits for a later allowance, and --plan says which calls fit."""
-    pieces = [{"title": f"piece {n}", "command": "bash scripts/gpu_te.sh receive", "carry": [], "timeout_s": 60}
+    pieces = [{"title": f"piece {n}", "command": "bash coursetools/gpu/gpu_te.sh receive", "carry": [], "timeout_s": 60}
               for n in range(6)]  # fmt: skip
     monkeypatch.setattr(gpu_evidence, "te_piece_calls", lambda: pieces)
     plan = gpu_evidence.allowance_plan()
@@ -187,16 +187,16 @@ def write_fake_python(folder: Path) -> Path:
 
 
 def run_call_script(tmp_path: Path, specs: list[str], env: dict) -> subprocess.CompletedProcess:
-    """scripts/gpu_evidence_call.sh SPECS in a checkout of its own: the scripts, none of this one's .te/ or .whl/."""
+    """coursetools/gpu/gpu_evidence_call.sh SPECS in a checkout of its own: the tooling, none of this one's .te/ or .whl/."""
     checkout = tmp_path / "checkout"
     checkout.mkdir()
-    (checkout / "scripts").symlink_to(ROOT / "scripts")
+    (checkout / "coursetools").symlink_to(ROOT / "coursetools")
     command = ["bash", gpu_evidence.CALL_SCRIPT, *specs]
     return subprocess.run(command, cwd=checkout, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_the_call_script_runs_its_specs_side_by_side_and_packs_every_record(tmp_path):
-    """scripts/gpu_evidence_call.sh with a stand-in python3: each spec becomes one gpu_evidence.py process with its
+    """coursetools/gpu/gpu_evidence_call.sh with a stand-in python3: each spec becomes one gpu_evidence.py process with its
     own --out, every record and log ends up in $OUT/evidence.tgz, the snapshot files in snapshots.tgz."""
     import tarfile
 
@@ -297,7 +297,7 @@ def _run_plugin(tmp_path: Path, deadline: float) -> list[dict]:
             "-m",
             "pytest",
             "-p",
-            "gpu_evidence",
+            "coursetools.gpu.gpu_evidence",
             "-p",
             "no:cacheprovider",
             "-q",
@@ -486,7 +486,8 @@ def test_requirements_are_read_for_python_3_12_on_linux(tmp_path):
 
 
 @pytest.mark.skipif(
-    not make_wheelhouse.WHEELHOUSE.is_dir(), reason="no .whl/ here (python scripts/make_wheelhouse.py)"
+    not make_wheelhouse.WHEELHOUSE.is_dir(),
+    reason="no .whl/ here (python -m coursetools.gpu.make_wheelhouse)",
 )
 def test_the_wheelhouse_here_is_complete_for_the_gpu_image():
     assert make_wheelhouse.verify(make_wheelhouse.WHEELHOUSE) == []

@@ -1,9 +1,9 @@
-"""Transformer Engine's way to the GPU machine, on the CPU: scripts/make_te_wheelhouse.py's pieces and checks,
-scripts/gpu_te.sh receiving them one call at a time and installing them, the plan's piece calls, and
-scripts/gpu_evidence_call.sh installing TE before part 3 measures it.
+"""Transformer Engine's way to the GPU machine, on the CPU: coursetools/gpu/make_te_wheelhouse.py's pieces and checks,
+coursetools/gpu/gpu_te.sh receiving them one call at a time and installing them, the plan's piece calls, and
+coursetools/gpu/gpu_evidence_call.sh installing TE before part 3 measures it.
 
 The real build and its rehearsal (torch 2.11 and CUDA's wheels, about 5 GB, and 10 minutes of compiling) run in
-`python scripts/make_te_wheelhouse.py`, not here; results/transformer_engine_carry.json holds its last outcome.
+`python -m coursetools.gpu.make_te_wheelhouse`, not here; results/transformer_engine_carry.json holds its last outcome.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-import gpu_evidence
-import make_te_wheelhouse as te_wh
-import make_wheelhouse
 import pytest
 from test_gpu_evidence import run_call_script, write_fake_python
 
+from coursetools.gpu import gpu_evidence, make_wheelhouse
+from coursetools.gpu import make_te_wheelhouse as te_wh
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "gpu_te.sh"
+SCRIPT = ROOT / "coursetools" / "gpu" / "gpu_te.sh"
 
 
 @pytest.fixture
@@ -98,7 +98,7 @@ def test_verify_names_a_missing_or_changed_piece_and_a_call_over_the_carry_limit
     monkeypatch.setattr(make_wheelhouse, "CARRY_LIMIT", make_wheelhouse.tree_bytes() + 50_000)
     assert any("piece-01: " in p and "split again" in p for p in te_wh.verify(dest))
     assert te_wh.verify(dest.parent / "nothing") == [
-        f"{dest.parent / 'nothing'}/{te_wh.SUMS} is missing: run python scripts/make_te_wheelhouse.py"
+        f"{dest.parent / 'nothing'}/{te_wh.SUMS} is missing: run python -m coursetools.gpu.make_te_wheelhouse"
     ]
 
 
@@ -188,7 +188,7 @@ def test_the_plan_brings_each_piece_in_a_call_of_its_own(te_dir, monkeypatch, ca
     calls = gpu_evidence.te_piece_calls()
     assert [c["carry"] for c in calls] == [[f".te/{te_wh.SUMS}", f".te/{p['name']}"] for p in pieces]
     for c in calls:
-        assert c["command"] == "bash scripts/gpu_te.sh receive" and 0 < c["timeout_s"] <= 600
+        assert c["command"] == "bash coursetools/gpu/gpu_te.sh receive" and 0 < c["timeout_s"] <= 600
         assert make_wheelhouse.tree_bytes() + c["bytes"] < make_wheelhouse.CARRY_LIMIT
     assert gpu_evidence.main(["--plan"]) == 0
     out = capsys.readouterr().out

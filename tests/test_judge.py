@@ -155,7 +155,8 @@ def test_the_graders_notes_and_verdicts_speak_the_language_set(tmp_path):
 
     (tmp_path / "00-fixture").mkdir()
     (tmp_path / "00-fixture" / "00-fixture.ipynb").write_bytes(b"")
-    request = judge.JudgeRequest(seed=1, cells=[])
+    fixture = ROOT / "tests" / "fixtures" / "minicourse" / "solutions" / "00-fixture"
+    request = judge.JudgeRequest(seed=1, cells=[], source_dir=str(fixture))
     silent = judge.CellRequest(
         "e1_square_check", "from fixture_checks import check_square\ncheck_square(f)", []
     )
@@ -163,7 +164,6 @@ def test_the_graders_notes_and_verdicts_speak_the_language_set(tmp_path):
         i18n.set_language("ko")
         with pytest.raises(Refused, match=r"00-fixture\.ipynb 파일이 비어 있습니다\(0바이트\)"):
             read_submission(tmp_path / "00-fixture", "00-fixture")
-        sys.path.append(str(ROOT / "tests" / "fixtures" / "minicourse" / "solutions" / "00-fixture"))
         verdict = judge.judge_cell(silent, request)
         assert (
             verdict.ename == "GradingError"
@@ -171,7 +171,6 @@ def test_the_graders_notes_and_verdicts_speak_the_language_set(tmp_path):
         )
     finally:
         i18n.set_language("en")
-        sys.path.pop()
     # grade.py's threads name each row's language instead
     assert _student_notes(".hidden", "ko") == [
         "학생 폴더 이름이 '.'으로 시작합니다(대부분의 시스템에서 숨김 폴더). 학생 폴더가 맞는지 확인하세요"

@@ -38,7 +38,7 @@ from nbgrader_pipeline import (
 )
 
 import memlab.i18n as i18n
-import translations as tr
+from coursetools import translations as tr
 from memlab import hardware, notebook, plots
 from memlab.notebook import MODEL_OUTPUTS, cell_key
 

@@ -15,7 +15,7 @@ import sys
 import nbformat
 import pytest
 from links import broken_links, notebook_links, served_folder
-from nbgrader_pipeline import SCRIPTS, SOLUTIONS, lesson_slugs
+from nbgrader_pipeline import ROOT, SCRIPTS, SOLUTIONS, lesson_slugs
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +66,25 @@ def test_it_holds_the_lessons_the_toolkit_and_the_checks(release):
     }
 
 
+def test_its_pyproject_installs_only_what_it_holds(release):
+    """The repository's pyproject.toml also installs coursetools/ and its commands, which the release has not: the
+    released one packages memlab, autograders and grading, and names only commands of theirs."""
+    import tomllib
+
+    project = tomllib.loads((release / "pyproject.toml").read_text())
+    packages = project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    assert packages == ["memlab", "autograders", "grading"] and all((release / p).is_dir() for p in packages)
+    commands = project["project"].get("scripts", {})
+    assert all(target.split(".")[0] in packages for target in commands.values()), commands
+    repository = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "coursetools" in repository["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+
+
 def test_nothing_that_gives_answers_away(release):
     names = {p.relative_to(release).as_posix() for p in release.rglob("*")}
-    assert not any(n.startswith(("solutions", "tests", "scripts", ".ci")) for n in names)
+    assert not any(n.startswith(("solutions", "tests", "scripts", "coursetools", ".ci")) for n in names)
     # of results/, only what a lesson or a guide links to (the GPU results its GPU sections cite, the install sizes)
-    from release import document_links
+    from coursetools.release import document_links
 
     cited = {
         (doc.parent / link).resolve().relative_to(release.resolve()).as_posix()
@@ -123,7 +137,7 @@ def test_every_link_of_every_lesson_opens_in_the_jupyterlab_its_readme_starts(re
 def test_every_link_of_the_released_guides_opens_in_the_release(release):
     """The front pages and learner's guides the release ships link only to files and folders it holds (docs/learn.md
     cites results/install_sizes.json and jupyter-config/README.md: copied as a lesson's cited results are)."""
-    from release import relative_links
+    from coursetools.release import relative_links
 
     guides = ["README.md", "README.ko.md", "docs/learn.md", "docs/learn.ko.md"]
     missing = [
@@ -206,7 +220,7 @@ def test_an_existing_folder_is_refused(tmp_path):
 
 def test_a_lesson_linking_to_what_the_release_must_not_hold_stops_the_build(tmp_path):
     """Only files of release.CITED (results/) are copied for a link; a link to a solution stops the build."""
-    import release
+    from coursetools import release
 
     lesson = tmp_path / "lessons" / "01-x" / "01-x.ipynb"
     lesson.parent.mkdir(parents=True)

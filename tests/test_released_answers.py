@@ -38,8 +38,9 @@ import test_autograders_lesson06 as l06
 import test_autograders_lesson07 as l07
 import test_autograders_lesson08 as l08
 import torch
-from nbgrader_pipeline import ROOT, SCRIPTS
+from nbgrader_pipeline import ROOT
 
+from coursetools import release
 from memlab.estimate import simulation_cache
 
 #: (function, exercise) -> why it still returns the answer of the exercise's public cases
@@ -71,19 +72,9 @@ SLOW = {
 SMALL_TENSOR = 4096
 
 
-def _release_module():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import release
-    finally:
-        sys.path.remove(str(SCRIPTS))
-    return release
-
-
 @pytest.fixture(scope="module")
 def released(tmp_path_factory):
     """The packages of the learner release, copied as scripts/release.py copies them."""
-    release = _release_module()
     out = tmp_path_factory.mktemp("release") / "memlab-course"
     for package in release.PACKAGES:
         shutil.copytree(ROOT / package, out / package, ignore=release.NEVER)

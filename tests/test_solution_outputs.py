@@ -83,7 +83,7 @@ def _bar_widgets(left: str, value: float, total: float | None, right: str, style
 
 
 def test_settle_progress_bars_writes_a_bar_as_tqdm_ends_it_in_a_terminal():
-    from execute_solutions import settle_progress_bars
+    from coursetools.execute_solutions import settle_progress_bars
 
     view = {"model_id": "box", "version_major": 2, "version_minor": 0}
     widget = nbformat.v4.new_output(

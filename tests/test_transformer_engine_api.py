@@ -15,7 +15,7 @@ So inside `quantized_model_init`, a TransformerLayer or MultiheadAttention needs
 or LayerNormLinear no `parameters_split`. This test reads every TE call of the lessons' code cells (both editions:
 the Korean code is the English code token for token, but the test reads what a learner runs) and holds them to it.
 TE cannot be imported without CUDA ("TransformerEngine needs CUDA", also in the environment
-scripts/make_te_wheelhouse.py builds), so TE's own code decides only on a GPU: tests/gpu/test_fp8_gpu.py builds the
+coursetools/gpu/make_te_wheelhouse.py builds), so TE's own code decides only on a GPU: tests/gpu/test_fp8_gpu.py builds the
 layer both ways there, and tests/gpu/test_solutions_on_gpu.py requires every row of lesson 07's §7."""
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import torch
 
 from autograders.lesson07 import E2_PUBLIC, check_fp8_matmul
 from autograders.references import lesson07 as ref
+from coursetools.gpu.probes import cuda_ms as _ms
 
 fp8_gpu = pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
@@ -32,19 +33,6 @@ fp8_gpu = pytest.mark.skipif(
 def test_the_fp8_matmul_check_passes_the_reference_on_the_gpu(capsys):
     check_fp8_matmul(ref.fp8_matmul)
     assert "✓ e4_fp8_matmul" in capsys.readouterr().out
-
-
-def _ms(fn, warmup=3, repeats=10) -> float:
-    for _ in range(warmup):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(repeats):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / repeats
 
 
 @fp8_gpu

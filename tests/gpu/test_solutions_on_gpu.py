@@ -4,8 +4,8 @@ GPU machine the GPU-only exercises are checked for real (a missing *package*, e.
 in the results, not failed). The run time, the check lines and the lesson's SUMMARY (where it keeps one) of each
 lesson go to results/<gpu-name>.json.
 
-On the device machine (no nbclient / ipykernel there): `python scripts/gpu_evidence.py --plan` prints the calls
-(the wheelhouse of scripts/make_wheelhouse.py carried, these tests run by part).
+On the device machine (no nbclient / ipykernel there): `python -m coursetools.gpu.gpu_evidence --plan` prints the calls
+(the wheelhouse of coursetools/gpu/make_wheelhouse.py carried, these tests run by part).
 """
 
 from __future__ import annotations
@@ -15,25 +15,18 @@ import importlib.util
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from autograders.kit import GRADING_ENV
+from coursetools.execute_solutions import execute_notebook
+from coursetools.gpu.probes import SUMMARY_MARK, SUMMARY_PROBE
+from coursetools.gpu.probes import cell_text as _text
+from grading.submission import is_test_cell
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-from execute_solutions import execute_notebook  # noqa: E402
-
-from autograders.kit import GRADING_ENV  # noqa: E402
-from grading.submission import is_test_cell  # noqa: E402
-
-SUMMARY_MARK = "GPU_EVIDENCE_SUMMARY "
-# run after the notebook's own cells: the lesson's SUMMARY dict (lessons 05-08 keep one), as JSON on one line
-SUMMARY_PROBE = (
-    "import json as _json\n"
-    f"print({SUMMARY_MARK!r} + _json.dumps({{str(k): str(v) for k, v in globals().get('SUMMARY', {{}}).items()}}))"
-)
 SLUGS = sorted(p.parent.name for p in (ROOT / "solutions").glob("*/*.ipynb"))
 CELL_TIMEOUT = 600
 TE_LESSON = "07-fp8-transformer-engine"
@@ -65,16 +58,6 @@ def transformer_engine_runs_here() -> bool:
     return importlib.util.find_spec(
         "transformer_engine"
     ) is not None and torch.cuda.get_device_capability() >= (8, 9)
-
-
-def _text(cell) -> str:
-    parts = []
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "stream":
-            parts.append(output.get("text", ""))
-        elif "data" in output:
-            parts.append(output["data"].get("text/plain", ""))
-    return "".join(parts)
 
 
 @pytest.mark.parametrize("slug", SLUGS)

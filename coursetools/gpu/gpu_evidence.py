@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """The course's GPU evidence in a few calls: measure on a GPU machine in parts, merge the records into results/.
 
-    python scripts/gpu_evidence.py --part N [--budget SECONDS] [--out DIR]   one part (1..5) on the GPU machine
-    python scripts/gpu_evidence.py --all [--budget SECONDS]                 every part, then the merge (own GPU box)
-    python scripts/gpu_evidence.py --merge FILES... [--results DIR]         records -> results/<gpu-name>.json + plots
-    python scripts/gpu_evidence.py --plan                                   the device-tool calls, one per part
-    python scripts/gpu_evidence.py --rehearse [--out DIR] [--results DIR]   every part's plumbing on this CPU, merged
+    python -m coursetools.gpu.gpu_evidence --part N [--budget SECONDS] [--out DIR]   one part (1..5) on the GPU machine
+    python -m coursetools.gpu.gpu_evidence --all [--budget SECONDS]                 every part, then the merge (own GPU box)
+    python -m coursetools.gpu.gpu_evidence --merge FILES... [--results DIR]         records -> results/<gpu-name>.json + plots
+    python -m coursetools.gpu.gpu_evidence --plan                                   the device-tool calls, one per part
+    python -m coursetools.gpu.gpu_evidence --rehearse [--out DIR] [--results DIR]   every part's plumbing on this CPU, merged
                                                                             into a temporary folder (not results/)
 
 The parts, in order of value (each fits one GPU command: by default it stops starting work after 480 s):
@@ -38,7 +38,7 @@ plots the lessons cite, results/<gpu-name>-*.png, from measured records only. It
 results/.
 
 Transformer Engine is not on the GPU machine's image and too large for one command: `--plan` lists first the calls
-that bring its pieces (scripts/make_te_wheelhouse.py, scripts/gpu_te.sh); scripts/gpu_evidence_call.sh installs it
+that bring its pieces (coursetools/gpu/make_te_wheelhouse.py, coursetools/gpu/gpu_te.sh); coursetools/gpu/gpu_evidence_call.sh installs it
 before part 3 runs.
 """
 
@@ -62,7 +62,7 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 RESULTS = ROOT / "results"
 SOLUTIONS = ROOT / "solutions"
@@ -278,7 +278,7 @@ def slug_of(name: str) -> str:
 
 def child_env(**extra) -> dict[str, str]:
     env = dict(os.environ)
-    paths = [str(ROOT), str(SCRIPTS), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    paths = [str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -355,7 +355,7 @@ def step_pytest(ctx: Context, name: str, selection: list[str]) -> None:
         "-m",
         "pytest",
         "-p",
-        "gpu_evidence",
+        "coursetools.gpu.gpu_evidence",
         "-p",
         "no:cacheprovider",
         "-q",
@@ -463,10 +463,10 @@ def step_environment(ctx: Context) -> None:
 def step_rehearse_notebook(ctx: Context) -> None:
     """Rehearsal only: a notebook through the runner the GPU notebook test uses (nbclient + ipykernel here)."""
     import nbformat
-    from execute_solutions import execute_notebook
 
-    sys.path.insert(0, str(ROOT))
-    from tests.gpu.test_solutions_on_gpu import SUMMARY_MARK, SUMMARY_PROBE, _text
+    from coursetools.execute_solutions import execute_notebook
+    from coursetools.gpu.probes import SUMMARY_MARK, SUMMARY_PROBE
+    from coursetools.gpu.probes import cell_text as _text
 
     with tempfile.TemporaryDirectory(prefix="gpu-evidence-nb-") as tmp:
         folder = Path(tmp) / "00-fixture"
@@ -518,7 +518,7 @@ def step_snapshot_files(ctx: Context, since: float) -> None:
     ctx.rec.measured("profiling_snapshot_files", {"files": copied})
 
 
-#: set by scripts/gpu_evidence_call.sh: the log of `bash scripts/gpu_te.sh install`
+#: set by coursetools/gpu/gpu_evidence_call.sh: the log of `bash coursetools/gpu/gpu_te.sh install`
 TE_LOG_ENV = "GPU_EVIDENCE_TE_LOG"
 
 
@@ -573,8 +573,7 @@ def step_torchao(ctx: Context) -> None:
     if torch.cuda.get_device_capability() < (8, 9):
         ctx.rec.skipped("torchao_float8_linear/all", "needs compute capability >= 8.9")
         return
-    sys.path.insert(0, str(ROOT))
-    from tests.gpu.test_fp8_gpu import _ms
+    from coursetools.gpu.probes import cuda_ms as _ms
 
     for mode in ("eager", "compiled"):
         for n in TORCHAO_SIZES:
@@ -734,8 +733,8 @@ def gpu_checks(solutions: Path, slug: str) -> dict[str, list[str]]:
 
 def build_submissions(solutions: Path, slugs: list[str], folder: Path) -> None:
     """`solved` hands in the solution notebook (and lesson 08's run), `blank` the learner version nbgrader makes."""
-    import build_lessons
-    from execute_solutions import hand_in
+    from coursetools import build_lessons
+    from coursetools.execute_solutions import hand_in
 
     released = build_lessons.render(solutions)
     for slug in slugs:
@@ -885,7 +884,7 @@ BENCH_LEARNERS = 3
 def step_bench(ctx: Context) -> None:
     """scripts/bench_grading.py on this machine's cores, within the part's budget; each run a record (a run stopped at
     the budget is recorded with what it graded, `complete: false`)."""
-    import bench_grading
+    from coursetools import bench_grading
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # grade.py splits the cores between its jobs itself
@@ -1149,7 +1148,7 @@ def merge(paths, results: Path = RESULTS) -> list[Path]:
                 merged["_device"] = _device_summary(record)
         merged["_parts"] = _parts_summary(merged, recs, merged.get("_parts", {}))
         merged["_about"] = (
-            "Written by scripts/gpu_evidence.py --merge from the records of its parts (docs/gpu.md). "
+            "Written by coursetools/gpu/gpu_evidence.py --merge from the records of its parts (docs/gpu.md). "
             "Each entry: values, units, status (measured / skipped: reason / failed: error), config, command."
         )
         for record in recs:  # files the records name (the allocator snapshot), copied next to the results
@@ -1361,7 +1360,7 @@ def _save(fig, path: Path) -> Path:
 
 #: the script each GPU command runs: installs the wheelhouse, runs its specs side by side on the one GPU, packs
 #: every record and log into $OUT/evidence.tgz (every 20 s too, so a call killed at its limit keeps its records)
-CALL_SCRIPT = "scripts/gpu_evidence_call.sh"
+CALL_SCRIPT = "coursetools/gpu/gpu_evidence_call.sh"
 #: the GPU time of one allowance on the remote GPU machine, starts and idle time included
 ALLOWANCE_S = 15 * 60
 #: GPU seconds an allowance spends before its first command runs: the machine's start (the first H200 call:
@@ -1427,15 +1426,15 @@ def allowance_plan(with_te: bool = True) -> list[dict]:
     return calls
 
 
-TE_SCRIPT = "scripts/gpu_te.sh"
+TE_SCRIPT = "coursetools/gpu/gpu_te.sh"
 #: a piece's call: the machine's start (the first), the transfer and a copy; the command itself takes a second
 TE_PIECE_TIMEOUT_S = 60
 
 
 def te_piece_calls() -> list[dict]:
-    """The calls that bring Transformer Engine's pieces (.te/, python scripts/make_te_wheelhouse.py) to the warm
+    """The calls that bring Transformer Engine's pieces (.te/, python -m coursetools.gpu.make_te_wheelhouse) to the warm
     machine, one each: `gpu_te.sh receive` keeps them in /tmp/te-pieces, and the next evidence call installs TE."""
-    from make_te_wheelhouse import SUMS, pieces_of
+    from coursetools.gpu.make_te_wheelhouse import SUMS, pieces_of
 
     pieces = pieces_of()
     return [
@@ -1451,7 +1450,7 @@ def te_piece_calls() -> list[dict]:
 
 
 def print_plan() -> None:
-    from make_wheelhouse import CARRY_LIMIT, WHEELHOUSE, folder_bytes, tree_bytes
+    from coursetools.gpu.make_wheelhouse import CARRY_LIMIT, WHEELHOUSE, folder_bytes, tree_bytes
 
     tree = tree_bytes()
     whl = folder_bytes(WHEELHOUSE) if WHEELHOUSE.is_dir() else 0
@@ -1461,7 +1460,7 @@ def print_plan() -> None:
         f" of {CARRY_LIMIT / 2**20:.0f} MiB"
     )
     if not whl:
-        print("# .whl/ is missing: run `python scripts/make_wheelhouse.py` first")
+        print("# .whl/ is missing: run `python -m coursetools.gpu.make_wheelhouse` first")
     pieces = te_piece_calls()
     calls = allowance_plan(with_te=bool(pieces))
     print(
@@ -1474,7 +1473,7 @@ def print_plan() -> None:
     )
     print(f"# {KILL_AFTER_S} s later). Make the calls back to back (the machine goes back after 30 s idle).")
     print(
-        "# After each call, here: python scripts/gpu_evidence.py --merge <files_at>/evidence.tgz [snapshots.tgz]"
+        "# After each call, here: python -m coursetools.gpu.gpu_evidence --merge <files_at>/evidence.tgz [snapshots.tgz]"
     )
     print("# (results/<gpu-name>.json keeps what earlier calls measured), then commit results/.")
     if pieces:
@@ -1485,7 +1484,7 @@ def print_plan() -> None:
         print("# /tmp/te-pieces, and the next call installs TE while its parts start (part 3 measures it).")
     else:
         print(
-            "\n# Transformer Engine: no .te/ here (python scripts/make_te_wheelhouse.py); call 1 runs without it"
+            "\n# Transformer Engine: no .te/ here (python -m coursetools.gpu.make_te_wheelhouse); call 1 runs without it"
         )
     n = 0
     for call in calls:
@@ -1517,7 +1516,14 @@ def rehearse(out: Path | None, results: Path | None, budget: float = 0, jobs: in
     while pending or running:
         while pending and len(running) < jobs:
             part = pending.pop(0)
-            command = [sys.executable, str(Path(__file__).resolve()), "--part", str(part), "--as-rehearsal"]
+            command = [
+                sys.executable,
+                "-m",
+                "coursetools.gpu.gpu_evidence",
+                "--part",
+                str(part),
+                "--as-rehearsal",
+            ]
             command += ["--out", str(out), "--budget", f"{budget:g}"]
             with open(out / f"part{part}.log", "w") as log:
                 running[part] = subprocess.Popen(
@@ -1576,7 +1582,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    sys.path[:0] = [str(ROOT), str(SCRIPTS)]
     out = args.out or Path(os.environ.get("OUT") or "out-gpu")
     if args.plan:
         print_plan()

@@ -1,11 +1,11 @@
 #!/bin/bash
-# Transformer Engine on a remote, offline GPU machine, from the pieces `python scripts/make_te_wheelhouse.py` writes to .te/.
+# Transformer Engine on a remote, offline GPU machine, from the pieces `python -m coursetools.gpu.make_te_wheelhouse` writes to .te/.
 # Its wheels are about 280 MiB and a command there carries 64 MiB with the working tree, so they travel in pieces, one
-# call each, to a warm machine (`python scripts/gpu_evidence.py --plan` prints the calls); the pieces wait in
+# call each, to a warm machine (`python -m coursetools.gpu.gpu_evidence --plan` prints the calls); the pieces wait in
 # $TE_STORE between calls.
 #
-#   bash scripts/gpu_te.sh receive   keep the pieces this call carried, check them, say which of them are there
-#   bash scripts/gpu_te.sh install   unless an earlier call installed it: receive, then, once every piece is there,
+#   bash coursetools/gpu/gpu_te.sh receive   keep the pieces this call carried, check them, say which of them are there
+#   bash coursetools/gpu/gpu_te.sh install   unless an earlier call installed it: receive, then, once every piece is there,
 #                                    join them, check the whole, install the wheels (--no-deps) and import
 #                                    transformer_engine.pytorch; if the extension built on the CPU machine does not
 #                                    import, build transformer_engine_torch here from its sdist with this machine's
@@ -77,7 +77,7 @@ case $1 in
 receive) receive ;;
 install) install ;;
 *)
-  echo "usage: bash scripts/gpu_te.sh receive|install" >&2
+  echo "usage: bash coursetools/gpu/gpu_te.sh receive|install" >&2
   exit 1
   ;;
 esac

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Download the Python wheels a remote, offline GPU machine lacks into .whl/ (git-ignored), small enough to travel.
 
-    python scripts/make_wheelhouse.py            download (into an empty .whl/), slim, verify, print the sizes
-    python scripts/make_wheelhouse.py --verify   only verify what .whl/ holds and print the sizes
+    python -m coursetools.gpu.make_wheelhouse            download (into an empty .whl/), slim, verify, print the sizes
+    python -m coursetools.gpu.make_wheelhouse --verify   only verify what .whl/ holds and print the sizes
 
 The GPU machine (an H100 or H200 with the image 'cuda': Python 3.12, torch 2.11 + CUDA 13,
 transformers 5.17, peft, accelerate; no network) lacks the notebook stack (nbclient, ipykernel, nbval), nbgrader and
@@ -18,13 +18,13 @@ the CUDA 11/12, ROCm and XPU builds are 115 of its 123 MiB unpacked; the wheel g
 drops its documentation and its own test suite (10.9 to 1.2 MiB). A few declared dependencies are left out (SKIP): the grading on the GPU machine never imports them.
 
 Grading needs bubblewrap (`bwrap`, a Debian package, not on PyPI) for its sandbox: the script also fetches Debian's
-bubblewrap .deb (`apt-get download`); scripts/gpu_evidence.py unpacks it on the GPU machine (`dpkg -x`, into /tmp,
+bubblewrap .deb (`apt-get download`); coursetools/gpu/gpu_evidence.py unpacks it on the GPU machine (`dpkg -x`, into /tmp,
 never over /) and grades isolated when `grading.isolation.unavailable()` says the sandbox works there, else with
 `--no-isolation`, and records which.
 
 On the GPU machine the wheels are installed into the interpreter's own environment, not `--target /tmp/site`: the
 grading sandbox sees only the Python installation and a private /tmp, and sets its own PYTHONPATH, so a kernel in it
-would not find ipykernel or bitsandbytes under /tmp/site (`python scripts/gpu_evidence.py --plan` prints the calls).
+would not find ipykernel or bitsandbytes under /tmp/site (`python -m coursetools.gpu.gpu_evidence --plan` prints the calls).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WHEELHOUSE = ROOT / ".whl"
 MANIFEST = "MANIFEST.json"
 CARRY_LIMIT = 64 * 2**20  # what one GPU command may carry: the working tree and the carried paths together
@@ -373,7 +373,7 @@ def build(folder: Path) -> dict:
     debs = {package: apt_download(package, folder) for package in DEBIAN}
     manifest = {
         "for": "CPython 3.12, manylinux x86_64: the GPU machine's image 'cuda' (no network there)",
-        "made_with": f"python scripts/make_wheelhouse.py (pip {local_version('pip')})",
+        "made_with": f"python -m coursetools.gpu.make_wheelhouse (pip {local_version('pip')})",
         "wheels": {n: chosen[n] for n in sorted(chosen)},
         "slimmed": slimmed,
         "skipped": SKIP,
@@ -402,7 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verify:
         build(folder)
     elif not folder.is_dir():
-        print(f"{folder} does not exist: run python scripts/make_wheelhouse.py first", file=sys.stderr)
+        print(
+            f"{folder} does not exist: run python -m coursetools.gpu.make_wheelhouse first", file=sys.stderr
+        )
         return 1
     sizes = report(folder)
     problems = verify(folder)

@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """Transformer Engine for a remote, offline GPU machine: its wheels, built and rehearsed here, in pieces commands carry.
 
-    python scripts/make_te_wheelhouse.py            download, build, rehearse, split into .te/ (git-ignored)
-    python scripts/make_te_wheelhouse.py --verify   check .te/'s pieces: checksums, and each call's carry size
+    python -m coursetools.gpu.make_te_wheelhouse            download, build, rehearse, split into .te/ (git-ignored)
+    python -m coursetools.gpu.make_te_wheelhouse --verify   check .te/'s pieces: checksums, and each call's carry size
 
 Lesson 07 measures Transformer Engine (TE) where it is installed, and tests/gpu/test_fp8_gpu.py compares TE's
 DelayedScaling with the course's reference. The GPU machine's image has no TE and no network, and TE cannot come
-the way the other wheels do (scripts/make_wheelhouse.py):
+the way the other wheels do (coursetools/gpu/make_wheelhouse.py):
 - its core, transformer_engine_cu13, is one 264 MiB wheel (its library holds machine code for eight GPU
   generations), and a command there carries 64 MiB together with the working tree;
 - its PyTorch extension, transformer_engine_torch, is only a source distribution on PyPI. Its setup.py looks for a
@@ -21,13 +21,13 @@ So this script does what pip would do on a machine with a network, here, ahead o
    kernels of its own: those are in the core library), so no GPU and no CUDA toolkit installation is needed here;
 3. packs everything in one tar and splits it into pieces `.te/piece-NN`, each small enough to travel with the
    working tree in one call, with their checksums and the whole's in `.te/pieces.sha256`;
-4. rehearses the GPU machine's side on this CPU: scripts/gpu_te.sh, the script the GPU commands run, receives each
+4. rehearses the GPU machine's side on this CPU: coursetools/gpu/gpu_te.sh, the script the GPU commands run, receives each
    piece in a call folder of its own, joins them, installs the wheels into the build environment (the image's torch
    and CUDA wheels; NVIDIA's cuDNN frontend and what it drags in removed, as on the image) and imports
    transformer_engine.pytorch; then every TE name the course uses is looked up (TE_NAMES).
 It writes what it did, with versions, sizes and the rehearsal's outcome, to results/transformer_engine_carry.json.
 
-On the GPU machine `bash scripts/gpu_te.sh install` (run by scripts/gpu_evidence_call.sh when the pieces are there)
+On the GPU machine `bash coursetools/gpu/gpu_te.sh install` (run by coursetools/gpu/gpu_evidence_call.sh when the pieces are there)
 builds the extension there from the sdist, with the image's nvcc, if the one built here does not import.
 
 Needs a Python 3.12 interpreter here (--python; else python3.12 on PATH or pyenv's), about 5 GB in .cache/te-build/
@@ -50,8 +50,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-import make_wheelhouse as wh
 from packaging.utils import parse_wheel_filename
+
+from coursetools.gpu import make_wheelhouse as wh
 
 ROOT = wh.ROOT
 TE_DIR = ROOT / ".te"
@@ -237,7 +238,7 @@ def verify(dest: Path | None = None) -> list[str]:
     dest = dest or TE_DIR
     pieces = pieces_of(dest)
     if not pieces:
-        return [f"{dest}/{SUMS} is missing: run python scripts/make_te_wheelhouse.py"]
+        return [f"{dest}/{SUMS} is missing: run python -m coursetools.gpu.make_te_wheelhouse"]
     problems = []
     tree = wh.tree_bytes()
     for piece in pieces:
@@ -252,7 +253,7 @@ def verify(dest: Path | None = None) -> list[str]:
         elif tree + piece["bytes"] + (dest / SUMS).stat().st_size >= wh.CARRY_LIMIT:
             problems.append(
                 f"{piece['name']}: {(tree + piece['bytes']) / 2**20:.1f} MiB with the working tree, over"
-                f" {wh.CARRY_LIMIT / 2**20:.0f} MiB: split again (python scripts/make_te_wheelhouse.py)"
+                f" {wh.CARRY_LIMIT / 2**20:.0f} MiB: split again (python -m coursetools.gpu.make_te_wheelhouse)"
             )
     return problems
 
@@ -277,14 +278,14 @@ print(json.dumps({"transformer_engine": transformer_engine.__version__, "torch":
 
 
 def rehearse(dest: Path, py: Path) -> dict:
-    """The GPU machine's side, here: scripts/gpu_te.sh receives each piece in its own call folder, then installs into
+    """The GPU machine's side, here: coursetools/gpu/gpu_te.sh receives each piece in its own call folder, then installs into
     the build environment. What the pieces hold is uninstalled from it first, so the import proves their install,
     and so are cuDNN frontend's left-out dependencies, which the image lacks too."""
     carried = [parse_wheel_filename(w.name)[0] for w in (dest / "wheels").glob("*.whl")]
     run([py, "-m", "pip", "uninstall", "-q", "-y", *carried, *FRONTEND_DEPS])
     store = Path(tempfile.mkdtemp(prefix="te-store-"))
     env = dict(os.environ, TE_STORE=str(store), PYTHON=str(py))
-    script = ROOT / "scripts" / "gpu_te.sh"
+    script = Path(__file__).resolve().parent / "gpu_te.sh"
     log = []
     try:
         for piece in pieces_of(dest):
@@ -346,9 +347,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         record = {
-            "_about": "Written by scripts/make_te_wheelhouse.py: Transformer Engine's wheels for the GPU machine's"
+            "_about": "Written by coursetools/gpu/make_te_wheelhouse.py: Transformer Engine's wheels for the GPU machine's"
             " image, the extension built here, split into pieces a GPU command carries, and the rehearsal of the GPU"
-            " machine's side (scripts/gpu_te.sh) on this CPU. What the GPU made of it is in results/<gpu-name>.json"
+            " machine's side (coursetools/gpu/gpu_te.sh) on this CPU. What the GPU made of it is in results/<gpu-name>.json"
             " (transformer_engine, gpu_tests/test_fp8_gpu.py::test_transformer_engine_..., solutions_on_gpu).",
             "date": started.isoformat(timespec="seconds"),
             "machine": {

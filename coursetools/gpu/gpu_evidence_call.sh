@@ -1,18 +1,18 @@
 #!/bin/bash
-# One GPU command that runs several parts of scripts/gpu_evidence.py at once on the one GPU (an allowance's GPU time
+# One GPU command that runs several parts of coursetools/gpu/gpu_evidence.py at once on the one GPU (an allowance's GPU time
 # is short: the parts share the GPU's memory and the machine's 16 cores, and every record says so through
 # GPU_EVIDENCE_CONCURRENT; memory peaks are per process, times and free memory are shared).
 #
-#   usage (on the GPU machine, with .whl carried): BUDGET=280 bash scripts/gpu_evidence_call.sh SPEC...
-#   (python scripts/gpu_evidence.py --plan prints the calls)
+#   usage (on the GPU machine, with .whl carried): BUDGET=280 bash coursetools/gpu/gpu_evidence_call.sh SPEC...
+#   (python -m coursetools.gpu.gpu_evidence --plan prints the calls)
 #   SPEC: PART (1..4), 5:LESSON[,LESSON] (part 5, grading those lessons), or PART@NODEID[,NODEID] (only those GPU
 #   tests of the part, e.g. again after a fix)
-#   Where earlier calls brought Transformer Engine's pieces (bash scripts/gpu_te.sh receive), it is installed first.
+#   Where earlier calls brought Transformer Engine's pieces (bash coursetools/gpu/gpu_te.sh receive), it is installed first.
 #
 # What comes back ($OUT holds at most 8 files): evidence.tgz (every part's records and log, the machine, the GPU's
 # memory over time; packed again every 20 s, so a call killed at its limit keeps what was measured), snapshots.tgz
 # (lesson 06's allocator snapshot files). Then, here:
-# python scripts/gpu_evidence.py --merge <files_at>/evidence.tgz <files_at>/snapshots.tgz
+# python -m coursetools.gpu.gpu_evidence --merge <files_at>/evidence.tgz <files_at>/snapshots.tgz
 set -o pipefail
 W=${EVIDENCE_WORK:-/tmp/evidence} # where the parts write; packed into $OUT
 mkdir -p "$W"
@@ -25,12 +25,12 @@ mkdir -p /tmp/gpu-evidence-bwrap && dpkg -x .whl/bubblewrap_*.deb /tmp/gpu-evide
 export PYTHONPATH=$PWD$SITE PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 MPLBACKEND=Agg
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} # several parts share 16 cores
 BUDGET=${BUDGET:-280}
-# Transformer Engine, where this call or earlier ones brought its pieces (scripts/gpu_te.sh): installed
+# Transformer Engine, where this call or earlier ones brought its pieces (coursetools/gpu/gpu_te.sh): installed
 # while the other parts start; part 3, which measures it, waits for it (and has that much less budget)
 te=""
 if [ -f .te/pieces.sha256 ] || [ -f "${TE_STORE:-/tmp/te-pieces}/pieces.sha256" ]; then
   export GPU_EVIDENCE_TE_LOG=$W/te-install.log
-  (timeout -k 10 200 bash scripts/gpu_te.sh install >"$GPU_EVIDENCE_TE_LOG" 2>&1
+  (timeout -k 10 200 bash coursetools/gpu/gpu_te.sh install >"$GPU_EVIDENCE_TE_LOG" 2>&1
     echo "exit $?" >>"$GPU_EVIDENCE_TE_LOG") &
   te=$!
 fi
@@ -65,7 +65,7 @@ for spec in "$@"; do
     fi
     left=$((BUDGET - (SECONDS - t0)))
     [ "$left" -ge 1 ] || left=1 # (0 would mean no budget at all)
-    timeout -k 10 $((left + 60)) python3 scripts/gpu_evidence.py --part "$part" $selection --budget "$left" \
+    timeout -k 10 $((left + 60)) python3 -m coursetools.gpu.gpu_evidence --part "$part" $selection --budget "$left" \
       --out "$W/$tag" >"$W/$tag.log" 2>&1
     echo "exit $?" >>"$W/$tag.log"
   ) &
