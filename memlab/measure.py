@@ -254,11 +254,25 @@ def _live_sizes(live: dict[int, list]) -> list[tuple[int, list]]:
 
 def _optimizers(optimizer) -> list:
     """`optimizer`, and the local optimizer it wraps if it is a wrapper that keeps the state there
-    (`torch.distributed.optim.ZeroRedundancyOptimizer.optim`: the AdamW of this rank's shard)."""
+    (`torch.distributed.optim.ZeroRedundancyOptimizer.optim`: the AdamW of this rank's shard); for a list, tuple or
+    dict of optimizers (one per parameter, stepped inside backward), each of them."""
     if optimizer is None:
         return []
+    if isinstance(optimizer, dict):
+        optimizer = list(optimizer.values())
+    if isinstance(optimizer, (list, tuple)):
+        return [inner for each in optimizer for inner in _optimizers(each)]
     inner = getattr(optimizer, "optim", None)
     return [optimizer, inner] if isinstance(inner, torch.optim.Optimizer) else [optimizer]
+
+
+def _stepped(optimizer) -> list:
+    """The optimizers whose step() the caller calls: `optimizer`, or each of a list, tuple or dict of them."""
+    if optimizer is None:
+        return []
+    if isinstance(optimizer, dict):
+        return list(optimizer.values())
+    return list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
 
 
 class _Session:
@@ -285,8 +299,8 @@ class _Session:
             for p in model.parameters():
                 if p.requires_grad:
                     self.hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready))
-        if optimizer is not None:
-            self.hooks.append(optimizer.register_step_post_hook(lambda *_: self.classify()))
+        for each in _stepped(optimizer):
+            self.hooks.append(each.register_step_post_hook(lambda *_: self.classify()))
 
     def _model_tensors(self):
         if self.model is None:
@@ -366,7 +380,8 @@ class track_memory:  # noqa: N801 - used as a context manager, reads like a func
 
     Args:
         model: its parameters and buffers are seeded as "parameters"; its gradients are recognised as they appear.
-        optimizer: its state is recognised as "optimizer state" after each step and at each mark.
+        optimizer: its state is recognised as "optimizer state" after each step and at each mark; a list or dict of
+            optimizers (one per parameter, stepped inside backward) too.
         inputs: tensors (any nesting) that exist before the block and count as activations.
         device: where the work runs; default: the device of the model's first parameter, else the CPU.
         record_history: on CUDA, record an allocator history and dump a snapshot for https://pytorch.org/memory_viz
@@ -381,7 +396,7 @@ class track_memory:  # noqa: N801 - used as a context manager, reads like a func
     def __init__(
         self,
         model: torch.nn.Module | None = None,
-        optimizer: torch.optim.Optimizer | None = None,
+        optimizer: torch.optim.Optimizer | list | dict | None = None,
         inputs=(),
         device: str | torch.device | None = None,
         record_history: bool = False,

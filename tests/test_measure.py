@@ -241,3 +241,30 @@ def test_peak_split_keeps_the_bytes_at_the_peak():
         torch.empty(1)
     assert trace.peak_bytes == 4000
     assert sum(trace.peak_by_category.values()) == 4000
+
+
+@pytest.mark.parametrize("container", [list, dict])
+def test_optimizers_stepped_inside_backward_are_counted_by_category(container):
+    """One AdamW per parameter, stepped in a post-accumulate-grad hook (lesson 05): their state is counted as
+    optimizer state when they are given as a list or a dict, and at the end of backward no gradient is alive."""
+    widths, batch = [30, 50, 40, 6], 12
+    model = mlp(widths)
+    optimizers = {p: torch.optim.AdamW([p], lr=1e-3) for p in model.parameters()}
+
+    def step_now(p):
+        optimizers[p].step()
+        optimizers[p].zero_grad(set_to_none=True)
+
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(step_now)
+    x, y = torch.randn(batch, widths[0]), torch.randint(0, widths[-1], (batch,))
+    torch.nn.functional.cross_entropy(model(x), y).backward()  # creates every AdamW state
+    given = list(optimizers.values()) if container is list else optimizers
+    with track_memory(model=model, optimizer=given, inputs=(x, y)) as trace:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        trace.mark("after backward")
+    mark = trace.marks[0]
+    states = 2 * F32 * n_params(widths) + F32 * len(optimizers)  # exp_avg, exp_avg_sq and a float32 step each
+    assert mark.by_category.get(OPTIMIZER_STATE) == states
+    assert mark.by_category.get(GRADIENTS, 0) == 0
+    assert trace.start_bytes == F32 * n_params(widths) + states + F32 * batch * widths[0] + I64 * batch

@@ -65,3 +65,58 @@ def test_simulated_llama_step_predicts_the_cuda_peak(gpu_results):
         "relative_error": simulated.peak_bytes / real.peak_bytes - 1,
     }
     assert simulated.peak_bytes == pytest.approx(real.peak_bytes, rel=0.05)
+
+
+def _peak_of_a_step(config, batch, inside_backward: bool) -> tuple[int, int, int]:
+    """(the allocator's peak of the second step, all gradients' bytes, the largest parameter's) of an AdamW step
+    after backward, or of one AdamW per parameter stepped in its post-accumulate-grad hook."""
+    torch.manual_seed(0)
+    model = build_model(config, dtype=torch.bfloat16, device="cuda")
+    if inside_backward:
+        optimizers = {p: torch.optim.AdamW([p], foreach=True) for p in model.parameters()}
+
+        def step_now(p):
+            optimizers[p].step()
+            optimizers[p].zero_grad(set_to_none=True)
+
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(step_now)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), foreach=True)
+    for _ in range(2):  # the peak of the second: the first step makes AdamW's state and cuBLAS's workspaces
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        model(**batch).loss.backward()
+        if not inside_backward:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+    sizes = [p.numel() * p.element_size() for p in model.parameters()]
+    return torch.cuda.max_memory_allocated(), sum(sizes), max(sizes)
+
+
+def test_optimizer_step_inside_backward_removes_the_gradient_buffer(gpu_results):
+    """Lesson 05's step inside backward on a ~1.1B Llama in bf16 (one short row: the training state dominates): one
+    AdamW per parameter stepped in its post-accumulate-grad hook against one AdamW after backward. The allocator's
+    peak drops by most of the gradient buffer: all of it but about the largest parameter's gradient."""
+    config = tiny_llama_config(
+        hidden_size=2048,
+        intermediate_size=5504,
+        num_hidden_layers=20,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        vocab_size=32000,
+        use_cache=False,
+    )
+    ids = torch.randint(0, 32000, (1, 128), device="cuda")
+    batch = {"input_ids": ids, "labels": ids}
+    ordinary, gradients, largest = _peak_of_a_step(config, batch, inside_backward=False)
+    torch.cuda.empty_cache()
+    fused, _, _ = _peak_of_a_step(config, batch, inside_backward=True)
+    gpu_results["optimizer_step_inside_backward_llama_1b"] = {
+        "peak_ordinary_mib": ordinary / MiB,
+        "peak_inside_backward_mib": fused / MiB,
+        "gradient_buffer_mib": gradients / MiB,
+        "largest_gradient_mib": largest / MiB,
+    }
+    assert ordinary - fused >= 0.8 * (gradients - largest)
