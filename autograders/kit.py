@@ -64,6 +64,35 @@ from memlab.i18n import translator
 from memlab.notebook import LessonMessage, fill, unwritten_parts
 from memlab.protocol import GRADING_ENV, SEED_ENV
 
+#: what a lesson's check module (autograders/lessonNN.py) is written with, as `from autograders import kit` and
+#: `kit.check(...)`, `kit.expect_close(...)`, ... (`_` alone is imported bare, `from autograders.kit import _`, so
+#: that Babel's extractor finds its messages); tests/test_kit_surface.py holds the lesson modules to it. The
+#: grader's side (collect, judge, context, Transcript, REGISTRY, ...) is read as `kit.<name>` and not listed here.
+__all__ = [
+    "DEFERRED",
+    "CheckFailed",
+    "_",
+    "call",
+    "check",
+    "drawn",
+    "drawn_cases",
+    "expect_callable",
+    "expect_close",
+    "expect_equal",
+    "expect_finite",
+    "expect_keys",
+    "expect_type",
+    "grading_rng",
+    "how_far",
+    "judging",
+    "learner",
+    "needs_hardware",
+    "read_only",
+    "reference",
+    "references",
+    "signature",
+]
+
 #: the check kit's messages in the kernel's language (memlab.i18n.use; the judge uses the graded lesson's):
 #: translations/<language>/autograders.po, compiled into autograders/locale/. Case labels are not translated: the
 #: kernel records them and the judge replays them, so they must not depend on the language either side speaks.

@@ -18,23 +18,8 @@ from pathlib import Path
 
 import torch
 
-from autograders.kit import (
-    DEFERRED,
-    CheckFailed,
-    _,
-    call,
-    check,
-    drawn,
-    drawn_cases,
-    expect_callable,
-    expect_close,
-    expect_keys,
-    expect_type,
-    needs_hardware,
-    read_only,
-    reference,
-    references,
-)
+from autograders import kit
+from autograders.kit import _
 from memlab.models import mlp
 
 GiB = 1024**3
@@ -44,7 +29,7 @@ DATA = Path(__file__).resolve().parent / "data" / "lesson01.json"
 @functools.cache
 def stored() -> dict:
     """The expected values of the public cases, by check and case name (scripts/make_check_data.py)."""
-    return read_only(json.loads(DATA.read_text()))
+    return kit.read_only(json.loads(DATA.read_text()))
 
 
 def _step(model: torch.nn.Module, optimizer, steps: int) -> None:
@@ -120,34 +105,34 @@ def _drawn_state_case(rng, i: int):
     name = rng.choice(sorted(makers))
     steps = rng.randint(0 if name != "Adagrad" else 1, 3)
     m = mlp(widths)
-    return drawn(i, f"{name} on mlp({widths}), {steps} step(s)"), m, makers[name](m.parameters()), steps
+    return kit.drawn(i, f"{name} on mlp({widths}), {steps} step(s)"), m, makers[name](m.parameters()), steps
 
 
 def _expected_state(name: str, model, optimizer, public: bool) -> int:
     """A reference step: the stored bytes of a public case; a drawn one's, measured by the grading reference."""
     if public:
         return stored()["optimizer_state_bytes"][name]
-    return references("lesson01").state_bytes(model, optimizer)
+    return kit.references("lesson01").state_bytes(model, optimizer)
 
 
-@check("e1_optimizer_state_bytes", points=2)
+@kit.check("e1_optimizer_state_bytes", points=2)
 def check_optimizer_state_bytes(optimizer_state_bytes) -> int:
-    expect_callable(optimizer_state_bytes, "optimizer_state_bytes")
+    kit.expect_callable(optimizer_state_bytes, "optimizer_state_bytes")
     cases = [(*case, True) for case in _state_cases()]
-    cases += [(*case, False) for case in drawn_cases("e1_optimizer_state_bytes", 2, _drawn_state_case)]
+    cases += [(*case, False) for case in kit.drawn_cases("e1_optimizer_state_bytes", 2, _drawn_state_case)]
     for name, model, optimizer, steps, public in cases:
         _step(model, optimizer, steps)
-        expected = reference(lambda: _expected_state(name, model, optimizer, public))  # noqa: B023 - called at once
-        got = call(optimizer_state_bytes, optimizer, case=name)
-        expect_type(got, numbers.Integral, case=name, what=_("the byte count"))
-        expect_close(got, expected, case=name, what=_("the optimizer-state bytes"))
+        expected = kit.reference(lambda: _expected_state(name, model, optimizer, public))  # noqa: B023 - called at once
+        got = kit.call(optimizer_state_bytes, optimizer, case=name)
+        kit.expect_type(got, numbers.Integral, case=name, what=_("the byte count"))
+        kit.expect_close(got, expected, case=name, what=_("the optimizer-state bytes"))
     return len(cases)
 
 
 def _drawn_8bit_case(rng, i: int):
     shapes = [tuple(rng.randint(1, 300) for _ in range(rng.randint(1, 2))) for _ in range(rng.randint(1, 4))]
     min_size = rng.choice([100, 1000, 4096, 10_000])
-    return drawn(i, f"shapes {shapes}, min_8bit_size={min_size}"), shapes, min_size
+    return kit.drawn(i, f"shapes {shapes}, min_8bit_size={min_size}"), shapes, min_size
 
 
 #: (name, shapes, min_8bit_size) of the public cases
@@ -165,24 +150,28 @@ def _expected_8bit(name: str, shapes, min_8bit_size: int, public: bool) -> int:
     """A reference step: the stored bytes of a public case; a drawn one's, measured by the grading reference."""
     if public:
         return stored()["adamw8bit_state_bytes"][name]
-    return references("lesson01").adamw8bit_state_bytes(shapes, min_8bit_size)
+    return kit.references("lesson01").adamw8bit_state_bytes(shapes, min_8bit_size)
 
 
-@check("e2_adamw8bit_state_bytes", points=2)
+@kit.check("e2_adamw8bit_state_bytes", points=2)
 def check_adamw8bit_state_bytes(adamw8bit_state_bytes) -> int:
-    expect_callable(adamw8bit_state_bytes, "adamw8bit_state_bytes")
+    kit.expect_callable(adamw8bit_state_bytes, "adamw8bit_state_bytes")
     # what runs without bitsandbytes: the function answers a small question with a byte count
     first = "one 64x128 matrix"
-    got = call(adamw8bit_state_bytes, [(64, 128)], min_8bit_size=4096, case=first)
-    expect_type(got, numbers.Integral, case=first, what=_("the byte count"))
-    needs_hardware(packages=("bitsandbytes",), passed=_("your function returns an int"))
+    got = kit.call(adamw8bit_state_bytes, [(64, 128)], min_8bit_size=4096, case=first)
+    kit.expect_type(got, numbers.Integral, case=first, what=_("the byte count"))
+    kit.needs_hardware(packages=("bitsandbytes",), passed=_("your function returns an int"))
     cases = [(*case, True) for case in E2_CASES]
-    cases += [(*case, False) for case in drawn_cases("e2_adamw8bit_state_bytes", 2, _drawn_8bit_case)]
+    cases += [(*case, False) for case in kit.drawn_cases("e2_adamw8bit_state_bytes", 2, _drawn_8bit_case)]
     for name, shapes, min_8bit_size, public in cases:
-        expected = reference(lambda: _expected_8bit(name, shapes, min_8bit_size, public))  # noqa: B023
-        got = call(adamw8bit_state_bytes, [tuple(s) for s in shapes], min_8bit_size=min_8bit_size, case=name)
-        expect_type(got, numbers.Integral, case=name, what=_("the byte count"))
-        expect_close(got, expected, case=name, what=_("the predicted AdamW8bit state bytes"), reveal=False)
+        expected = kit.reference(lambda: _expected_8bit(name, shapes, min_8bit_size, public))  # noqa: B023
+        got = kit.call(
+            adamw8bit_state_bytes, [tuple(s) for s in shapes], min_8bit_size=min_8bit_size, case=name
+        )
+        kit.expect_type(got, numbers.Integral, case=name, what=_("the byte count"))
+        kit.expect_close(
+            got, expected, case=name, what=_("the predicted AdamW8bit state bytes"), reveal=False
+        )
     return len(cases)
 
 
@@ -200,7 +189,7 @@ MARKS = ("after forward", "after backward", "after optimizer step")
 def _drawn_live_case(rng, i: int):
     widths = _random_widths(rng, (1, 4), (2, 300))
     batch, optimizer_name = rng.randint(1, 300), rng.choice(["sgd", "sgd-momentum", "adamw"])
-    return drawn(i, f"widths={widths}, batch={batch}, {optimizer_name}"), (widths, batch, optimizer_name)
+    return kit.drawn(i, f"widths={widths}, batch={batch}, {optimizer_name}"), (widths, batch, optimizer_name)
 
 
 #: (widths, batch, optimizer) of the public cases
@@ -221,22 +210,22 @@ def _expected_live(name: str, widths, batch: int, optimizer_name: str, public: b
     """A reference step: the stored live bytes of a public case; a drawn one's, measured by the grading reference."""
     if public:
         return stored()["live_bytes"][name]
-    return references("lesson01").live_bytes(widths, batch, optimizer_name)
+    return kit.references("lesson01").live_bytes(widths, batch, optimizer_name)
 
 
-@check("e3_predict_live_bytes", points=3)
+@kit.check("e3_predict_live_bytes", points=3)
 def check_predict_live_bytes(predict_live_bytes) -> int:
-    expect_callable(predict_live_bytes, "predict_live_bytes")
+    kit.expect_callable(predict_live_bytes, "predict_live_bytes")
     cases = [(_live_case_name(*case), case, True) for case in E3_CASES]
-    cases += [(*case, False) for case in drawn_cases("e3_predict_live_bytes", 2, _drawn_live_case)]
+    cases += [(*case, False) for case in kit.drawn_cases("e3_predict_live_bytes", 2, _drawn_live_case)]
     for name, (widths, batch, optimizer_name), public in cases:
-        measured = reference(lambda: _expected_live(name, widths, batch, optimizer_name, public))  # noqa: B023
-        got = call(predict_live_bytes, list(widths), batch, optimizer_name, case=name)
-        expect_keys(got, MARKS, case=name, what=_("the returned dict"))
+        measured = kit.reference(lambda: _expected_live(name, widths, batch, optimizer_name, public))  # noqa: B023
+        got = kit.call(predict_live_bytes, list(widths), batch, optimizer_name, case=name)
+        kit.expect_keys(got, MARKS, case=name, what=_("the returned dict"))
         for mark in MARKS:
-            expect_close(
+            kit.expect_close(
                 got[mark],
-                measured if measured is DEFERRED else measured[mark],
+                measured if measured is kit.DEFERRED else measured[mark],
                 case=name,
                 what=_("the live bytes {mark}").format(mark=mark),
                 reveal=False,
@@ -249,7 +238,7 @@ def _drawn_kv_case(rng, i: int):
     heads = dict(num_attention_heads=kv * rng.choice([1, 2, 4]), num_key_value_heads=kv)
     batch, seq, dtype = rng.randint(1, 4), rng.randint(1, 70), rng.choice([torch.float32, torch.bfloat16])
     label = f"{heads['num_attention_heads']} heads, {kv} KV heads, batch {batch}, seq {seq}, {dtype}"
-    return drawn(i, label), heads, batch, seq, dtype
+    return kit.drawn(i, label), heads, batch, seq, dtype
 
 
 #: (name, attention heads, batch, seq, dtype) of the public cases
@@ -305,22 +294,22 @@ def _expected_kv(name: str, config, batch: int, seq: int, dtype: torch.dtype, pu
     """A reference step: the stored bytes of a public case; a drawn one's, measured by the grading reference."""
     if public:
         return stored()["kv_cache_bytes"][name]
-    return references("lesson01").kv_cache_bytes(config, batch, seq, dtype)
+    return kit.references("lesson01").kv_cache_bytes(config, batch, seq, dtype)
 
 
-@check("e4_kv_cache_bytes", points=1)
+@kit.check("e4_kv_cache_bytes", points=1)
 def check_kv_cache_bytes(kv_cache_bytes) -> int:
-    expect_callable(kv_cache_bytes, "kv_cache_bytes")
+    kit.expect_callable(kv_cache_bytes, "kv_cache_bytes")
     cases = [(*case, True) for case in E4_CASES]
-    cases += [(*case, False) for case in drawn_cases("e4_kv_cache_bytes", 2, _drawn_kv_case)]
+    cases += [(*case, False) for case in kit.drawn_cases("e4_kv_cache_bytes", 2, _drawn_kv_case)]
     for name, heads, batch, seq, dtype, public in cases:
         config = kv_config(heads)
-        expected = reference(lambda: _expected_kv(name, config, batch, seq, dtype, public))  # noqa: B023
-        got = call(
+        expected = kit.reference(lambda: _expected_kv(name, config, batch, seq, dtype, public))  # noqa: B023
+        got = kit.call(
             kv_cache_bytes, config, batch, seq, bytes_per_value=torch.finfo(dtype).bits // 8, case=name
         )
-        expect_type(got, numbers.Real, case=name, what=_("the byte count"))
-        expect_close(got, expected, case=name, what=_("the KV-cache bytes"), reveal=False)
+        kit.expect_type(got, numbers.Real, case=name, what=_("the byte count"))
+        kit.expect_close(got, expected, case=name, what=_("the KV-cache bytes"), reveal=False)
     return len(cases)
 
 
@@ -343,7 +332,7 @@ def _drawn_state_bytes_case(rng, i: int):
     weights = rng.choice(["fp32", "bf16", "fp16"])
     optimizer = rng.choice(["sgd", "sgd-momentum", "adamw", "adamw-8bit", "lion"])
     label = f"{n_params:,} parameters, {n_trainable:,} trainable, {weights} + {optimizer}"
-    return drawn(i, label), n_params, n_trainable, weights, optimizer
+    return kit.drawn(i, label), n_params, n_trainable, weights, optimizer
 
 
 def _expected_state_bytes(
@@ -353,26 +342,29 @@ def _expected_state_bytes(
     reference)."""
     if public:
         return stored()["training_state_bytes"][name]
-    return references("lesson01").zero_convention_bytes(n_params, n_trainable, weights, optimizer)
+    return kit.references("lesson01").zero_convention_bytes(n_params, n_trainable, weights, optimizer)
 
 
-@check("e5_training_state_bytes", points=2)
+@kit.check("e5_training_state_bytes", points=2)
 def check_training_state_bytes(training_state_bytes) -> int:
-    expect_callable(training_state_bytes, "training_state_bytes")
+    kit.expect_callable(training_state_bytes, "training_state_bytes")
     cases = [(*case, True) for case in E5_CASES]
-    cases += [(*case, False) for case in drawn_cases("e5_training_state_bytes", 3, _drawn_state_bytes_case)]
+    cases += [
+        (*case, False) for case in kit.drawn_cases("e5_training_state_bytes", 3, _drawn_state_bytes_case)
+    ]
     for name, n_params, n_trainable, weights, optimizer, public in cases:
-        expected = reference(
+        expected = kit.reference(
             lambda: _expected_state_bytes(name, n_params, n_trainable, weights, optimizer, public)  # noqa: B023
         )
-        got = call(training_state_bytes, n_params, n_trainable, weights, optimizer, case=name)
-        expect_type(got, numbers.Real, case=name, what=_("the byte count"))
-        expect_close(got, expected, case=name, what=_("the training-state bytes"), rtol=1e-9, reveal=False)
+        got = kit.call(training_state_bytes, n_params, n_trainable, weights, optimizer, case=name)
+        kit.expect_type(got, numbers.Real, case=name, what=_("the byte count"))
+        kit.expect_close(
+            got, expected, case=name, what=_("the training-state bytes"), rtol=1e-9, reveal=False
+        )
     return len(cases)
 
 
 __all__ = [
-    "CheckFailed",
     "check_optimizer_state_bytes",
     "check_adamw8bit_state_bytes",
     "check_predict_live_bytes",

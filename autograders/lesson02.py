@@ -22,25 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from autograders.kit import (
-    DEFERRED,
-    CheckFailed,
-    _,
-    call,
-    check,
-    drawn,
-    drawn_cases,
-    expect_callable,
-    expect_close,
-    expect_keys,
-    expect_type,
-    how_far,
-    judging,
-    learner,
-    read_only,
-    reference,
-    references,
-)
+from autograders import kit
+from autograders.kit import _
 from memlab.formats import FORMATS, LESSON_FORMATS, FloatFormat, bit_fields, to_bits
 
 # ---- torch's (and numpy's) reading of bit patterns ---------------------------------------------------------------
@@ -155,7 +138,7 @@ def _decode_failure(
             first = _(
                 "The first is {pattern} = sign {sign} | exponent {exponent} | mantissa {mantissa} ({kind}); "
                 "your decode returned {got}, which is {how_far}."
-            ).format(**fields, how_far=how_far(got, expected))
+            ).format(**fields, how_far=kit.how_far(got, expected))
     else:
         first = _(
             "The first is {pattern} = sign {sign} | exponent {exponent} | mantissa {mantissa} ({kind}); "
@@ -173,13 +156,13 @@ def _expect_float(got, case: str) -> None:
             if name[0] in "aeiou"
             else _("case {case}: the decoded value should be a Python float; got a {type} ({value}).")
         )
-        raise CheckFailed(message.format(case=case, type=name, value=text))
+        raise kit.CheckFailed(message.format(case=case, type=name, value=text))
 
 
 def _drawn_decode_case(rng, i: int) -> tuple[str, str, list[int]]:
     """20,000 fp32 bit patterns drawn at grading time."""
     patterns = [rng.getrandbits(32) for _ in range(20_000)]
-    return drawn(i, "fp32, 20,000 random bit patterns"), "fp32", patterns
+    return kit.drawn(i, "fp32, 20,000 random bit patterns"), "fp32", patterns
 
 
 def _decode_all(decode, patterns, name: str) -> torch.Tensor:
@@ -190,7 +173,7 @@ def _decode_all(decode, patterns, name: str) -> torch.Tensor:
     values = []
     for bits in patterns:
         case = f"{name}, bits 0x{bits:0{f.bits // 4}X}"
-        got = call(decode, bits, name, case=case)
+        got = kit.call(decode, bits, name, case=case)
         if type(got) is not float:
             _expect_float(got, case)
         values.append(got)
@@ -202,21 +185,23 @@ def _expected_decode(name: str, patterns: list[int], public: bool) -> list[float
     where numpy has the format); tests/test_autograders_lesson02.py cross-checks the public patterns."""
     if public:
         return torch_decode(patterns, FORMATS[name]).tolist()
-    return references("lesson02").decode(patterns, name)
+    return kit.references("lesson02").decode(patterns, name)
 
 
-@check("e1_decode", points=3)
+@kit.check("e1_decode", points=3)
 def check_decode(decode) -> int:
-    expect_callable(decode, "decode")
+    kit.expect_callable(decode, "decode")
     first_case = "fp16, bits 0x3C00"
-    learner(first_case, lambda: _expect_float(call(decode, 0x3C00, "fp16", case=first_case), first_case))
+    kit.learner(
+        first_case, lambda: _expect_float(kit.call(decode, 0x3C00, "fp16", case=first_case), first_case)
+    )
     runs = [(name, name, list(_decode_patterns(name))) for name in DECODE_FORMATS]
-    runs += drawn_cases("e1_decode", 1, _drawn_decode_case)
+    runs += kit.drawn_cases("e1_decode", 1, _drawn_decode_case)
     for label, name, patterns in runs:
         f = FORMATS[name]
-        got = learner(label, lambda: _decode_all(decode, patterns, name))  # noqa: B023 - called at once
-        expected = reference(lambda: _expected_decode(name, patterns, label == name))  # noqa: B023 - called at once
-        if not judging():
+        got = kit.learner(label, lambda: _decode_all(decode, patterns, name))  # noqa: B023 - called at once
+        expected = kit.reference(lambda: _expected_decode(name, patterns, label == name))  # noqa: B023 - called at once
+        if not kit.judging():
             continue
         # the same float64 value (so +0.0 and -0.0 differ), or both NaN (any NaN)
         wrong = ~_same_values(np.asarray(expected, dtype=np.float64), got.numpy())
@@ -224,7 +209,7 @@ def check_decode(decode) -> int:
         if n_wrong:
             i = int(np.flatnonzero(wrong)[0])
             first = (patterns[i], float(got[i].item()), float(expected[i]))
-            raise CheckFailed(_decode_failure(f, *first, n_wrong, len(patterns), label))
+            raise kit.CheckFailed(_decode_failure(f, *first, n_wrong, len(patterns), label))
     return len(runs)
 
 
@@ -249,7 +234,7 @@ def public_limits() -> dict[str, dict[str, float]]:
     """{format: limits} of the public formats: torch's `finfo` and smallest subnormal, stored
     (scripts/make_check_data.py)."""
     stored = json.loads(DATA.read_text())["limits"]
-    return read_only(
+    return kit.read_only(
         {name: {key: float.fromhex(h) for key, h in table.items()} for name, table in stored.items()}
     )
 
@@ -259,26 +244,26 @@ def _drawn_limits_case(rng, i: int) -> tuple[str, tuple, None]:
     e, m = rng.randint(2, 9), rng.randint(1, 12)
     encoding = rng.choice(["ieee", "fn"]) if m >= 2 else "ieee"
     args = (e, m, encoding)
-    return drawn(i, f"format_limits{args}"), args, None
+    return kit.drawn(i, f"format_limits{args}"), args, None
 
 
 def _expected_limits(name: str | None, args: tuple) -> dict[str, float]:
     """torch's limits of a public format (`name`, stored), the grading reference's of a drawn one (name None)."""
-    return public_limits()[name] if name is not None else references("lesson02").limits(*args)
+    return public_limits()[name] if name is not None else kit.references("lesson02").limits(*args)
 
 
-@check("e2_format_limits", points=2)
+@kit.check("e2_format_limits", points=2)
 def check_format_limits(format_limits) -> int:
-    expect_callable(format_limits, "format_limits")
+    kit.expect_callable(format_limits, "format_limits")
     cases = [(f"format_limits{args} ({name})", args, name) for name, args in LIMIT_CASES]
-    cases += drawn_cases("e2_format_limits", 4, _drawn_limits_case)
+    cases += kit.drawn_cases("e2_format_limits", 4, _drawn_limits_case)
     for case, args, name in cases:
-        expected = reference(lambda: _expected_limits(name, args))  # noqa: B023 - called at once
-        got = call(format_limits, *args, case=case)
-        expect_keys(got, LIMIT_KEYS, case=case, what=_("the returned dict"))
+        expected = kit.reference(lambda: _expected_limits(name, args))  # noqa: B023 - called at once
+        got = kit.call(format_limits, *args, case=case)
+        kit.expect_keys(got, LIMIT_KEYS, case=case, what=_("the returned dict"))
         for key in LIMIT_KEYS:
-            want = DEFERRED if expected is DEFERRED else expected[key]
-            expect_close(got[key], want, case=case, what=f'"{key}"', reveal=False)
+            want = kit.DEFERRED if expected is kit.DEFERRED else expected[key]
+            kit.expect_close(got[key], want, case=case, what=f'"{key}"', reveal=False)
     return len(cases)
 
 
@@ -354,50 +339,50 @@ def _drawn_round_cases(rng, i: int) -> list[tuple[str, torch.Tensor]]:
     bits = torch.randint(-(2**31), 2**31, (500, 300), dtype=torch.int32, generator=g)
     scales = torch.tensor([rng.uniform(-30, 30) for _ in range(300)], dtype=torch.float64).exp2()
     return [
-        (drawn(1, "150,000 random 32-bit patterns"), bits.view(torch.float32)),
+        (kit.drawn(1, "150,000 random 32-bit patterns"), bits.view(torch.float32)),
         (
-            drawn(2, "a randn tensor with random column scales"),
+            kit.drawn(2, "a randn tensor with random column scales"),
             (torch.randn(500, 300, generator=g, dtype=torch.float64) * scales).float(),
         ),
     ]
 
 
-@check("e3_round_to_bf16", points=3)
+@kit.check("e3_round_to_bf16", points=3)
 def check_round_to_bf16(round_to_bf16) -> int:
-    expect_callable(round_to_bf16, "round_to_bf16")
+    kit.expect_callable(round_to_bf16, "round_to_bf16")
     cases = _round_cases()
-    cases += [case for pair in drawn_cases("e3_round_to_bf16", 1, _drawn_round_cases) for case in pair]
+    cases += [case for pair in kit.drawn_cases("e3_round_to_bf16", 1, _drawn_round_cases) for case in pair]
     for name, x in cases:
         x_bits = x.view(torch.int32).clone()
         # the learner's copy, which its code may change; `x` stays the input of the reference
         learner_x = x.clone()
-        got = call(round_to_bf16, learner_x, case=name)
-        changed = learner(
+        got = kit.call(round_to_bf16, learner_x, case=name)
+        changed = kit.learner(
             f"{name}: the input after the call",
             lambda: int((learner_x.view(torch.int32) != x_bits).sum()),  # noqa: B023 - called at once
         )
-        expect_type(got, torch.Tensor, case=name, what=_("the result"))
+        kit.expect_type(got, torch.Tensor, case=name, what=_("the result"))
         if got.dtype != torch.float32:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: the result should be a float32 tensor (bf16 values held in fp32); got {dtype}."
                 ).format(case=name, dtype=got.dtype)
             )
         if got.shape != x.shape:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _("case {case}: the result should have shape {expected}; got {got}.").format(
                     case=name, expected=tuple(x.shape), got=tuple(got.shape)
                 )
             )
         if changed:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: your function changed its input ({changed:,} of {total:,} elements): "
                     "leave x as it is and return a new tensor."
                 ).format(case=name, changed=changed, total=x.numel())
             )
-        expected = reference(lambda: x.to(torch.bfloat16).float())  # noqa: B023 - called at once
-        if not judging():
+        expected = kit.reference(lambda: x.to(torch.bfloat16).float())  # noqa: B023 - called at once
+        if not kit.judging():
             continue
         got = got.cpu()
         got_bits = got.view(torch.int32)
@@ -428,7 +413,7 @@ def check_round_to_bf16(round_to_bf16) -> int:
                 output_bits=_fp32_hex(out_bits),
                 output_value=repr(out_value),
             )
-            raise CheckFailed(message + note)
+            raise kit.CheckFailed(message + note)
     return len(cases)
 
 
@@ -463,7 +448,7 @@ def _ulp_cases(name: str) -> list[tuple[str, float]]:
 def public_ulps() -> dict[str, dict[str, float]]:
     """{format: {x.hex(): ulp}} of the public cases, stored (scripts/make_check_data.py)."""
     stored = json.loads(DATA.read_text())["ulp"]
-    return read_only(
+    return kit.read_only(
         {name: {x: float.fromhex(u) for x, u in table.items()} for name, table in stored.items()}
     )
 
@@ -485,33 +470,32 @@ def _drawn_ulp_case(rng, i: int) -> tuple[str, float, str, bool]:
     else:
         top = math.frexp(torch.finfo(f.dtype).max)[1] - 1  # the largest power of two in range
         x = rng.choice([-1, 1]) * math.nextafter(2.0 ** rng.randint(3, top), 0.0)
-    return drawn(i, f"ulp({x!r}, {name!r})"), x, name, True
+    return kit.drawn(i, f"ulp({x!r}, {name!r})"), x, name, True
 
 
 def _expected_ulp(x: float, name: str, is_drawn: bool) -> float:
     """The stored ulp of a public case, the grading reference's of a drawn one."""
-    return references("lesson02").ulp(x, name) if is_drawn else public_ulps()[name][float(x).hex()]
+    return kit.references("lesson02").ulp(x, name) if is_drawn else public_ulps()[name][float(x).hex()]
 
 
-@check("e4_ulp", points=2)
+@kit.check("e4_ulp", points=2)
 def check_ulp(ulp) -> int:
-    expect_callable(ulp, "ulp")
+    kit.expect_callable(ulp, "ulp")
     cases = [
         (f"ulp({x!r}, {name!r}), {description}", x, name, False)
         for name in LESSON_FORMATS
         for description, x in _ulp_cases(name)
     ]
-    cases += drawn_cases("e4_ulp", ULP_DRAWS_PER_FORMAT * len(LESSON_FORMATS), _drawn_ulp_case)
+    cases += kit.drawn_cases("e4_ulp", ULP_DRAWS_PER_FORMAT * len(LESSON_FORMATS), _drawn_ulp_case)
     for case, x, name, is_drawn in cases:
-        expected = reference(lambda: _expected_ulp(x, name, is_drawn))  # noqa: B023 - called at once
-        got = call(ulp, x, name, case=case)
-        expect_type(got, numbers.Real, case=case, what=_("the ulp"))
-        expect_close(got, expected, case=case, what=_("the ulp"), reveal=False)
+        expected = kit.reference(lambda: _expected_ulp(x, name, is_drawn))  # noqa: B023 - called at once
+        got = kit.call(ulp, x, name, case=case)
+        kit.expect_type(got, numbers.Real, case=case, what=_("the ulp"))
+        kit.expect_close(got, expected, case=case, what=_("the ulp"), reveal=False)
     return len(cases)
 
 
 __all__ = [
-    "CheckFailed",
     "check_decode",
     "check_format_limits",
     "check_round_to_bf16",

@@ -31,26 +31,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from autograders.kit import (
-    DEFERRED,
-    CheckFailed,
-    _,
-    call,
-    check,
-    drawn,
-    drawn_cases,
-    expect_callable,
-    expect_close,
-    expect_keys,
-    expect_type,
-    how_far,
-    judging,
-    learner,
-    needs_hardware,
-    read_only,
-    reference,
-    references,
-)
+from autograders import kit
+from autograders.kit import _
 from memlab.measure import track_memory
 from memlab.models import mlp
 
@@ -128,7 +110,7 @@ def _underflow_cases():
 @functools.cache
 def public_underflow() -> dict[str, float]:
     """{case name: fraction} of the public cases, stored (scripts/make_check_data.py)."""
-    return read_only(
+    return kit.read_only(
         {name: float.fromhex(v) for name, v in json.loads(DATA.read_text())["underflow_fraction"].items()}
     )
 
@@ -139,7 +121,9 @@ def _drawn_underflow_case(rng: random.Random, i: int):
     sizes = [rng.randint(1, 300) for _ in range(rng.randint(1, 3))]
     grads = [_log_uniform(n, max(low, -126), rng.randint(-10, 2), rng) for n in sizes]
     scale, dtype = 2.0 ** rng.randint(0, 20), rng.choice([torch.float16, torch.float16, torch.bfloat16])
-    name = drawn(i, f"{len(grads)} tensor(s) of {sizes} elements, scale 2^{int(math.log2(scale))}, {dtype}")
+    name = kit.drawn(
+        i, f"{len(grads)} tensor(s) of {sizes} elements, scale 2^{int(math.log2(scale))}, {dtype}"
+    )
     return name, grads, scale, dtype
 
 
@@ -148,35 +132,35 @@ def _expected_underflow(name: str, grads, scale: float, dtype: torch.dtype) -> f
     stored = public_underflow()
     if name in stored:
         return stored[name]
-    return references("lesson03").underflow_fraction(grads, scale, dtype)
+    return kit.references("lesson03").underflow_fraction(grads, scale, dtype)
 
 
-@check("e1_underflow_fraction", points=2)
+@kit.check("e1_underflow_fraction", points=2)
 def check_underflow_fraction(underflow_fraction) -> int:
-    expect_callable(underflow_fraction, "underflow_fraction")
-    cases = _underflow_cases() + drawn_cases("e1_underflow_fraction", 3, _drawn_underflow_case)
+    kit.expect_callable(underflow_fraction, "underflow_fraction")
+    cases = _underflow_cases() + kit.drawn_cases("e1_underflow_fraction", 3, _drawn_underflow_case)
     for name, grads, scale, dtype in cases:
-        expected = reference(lambda: _expected_underflow(name, grads, scale, dtype))  # noqa: B023 - called at once
+        expected = kit.reference(lambda: _expected_underflow(name, grads, scale, dtype))  # noqa: B023 - called at once
         copies = [None if t is None else t.clone() for t in grads]
-        got = call(underflow_fraction, copies, scale, dtype=dtype, case=name)
-        expect_type(got, float, case=name, what=_("the fraction"))
+        got = kit.call(underflow_fraction, copies, scale, dtype=dtype, case=name)
+        kit.expect_type(got, float, case=name, what=_("the fraction"))
         if not 0.0 <= got <= 1.0:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _("case {case}: the fraction should be between 0 and 1; got {got}.").format(
                     case=name, got=got
                 )
             )
-        unchanged = learner(
+        unchanged = kit.learner(
             f"{name} (the gradients it was given, after the call)",
             lambda: [b is None or torch.equal(b, a) for b, a in zip(grads, copies)],  # noqa: B023
         )
         if not all(unchanged):
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _("case {case}: your function changed the gradients it was given (in place).").format(
                     case=name
                 )
             )
-        expect_close(
+        kit.expect_close(
             got, expected, case=name, what=_("the underflow fraction"), rtol=1e-6, atol=1e-9, reveal=False
         )
     return len(cases)
@@ -359,12 +343,12 @@ class _LearnerScalerRun:
         """Build the learner's scaler (it must not be torch's), the model and optimizer; get_scale()'s first value."""
         name = self.name
         if self.defaults:
-            scaler = call(self.cls, case=name)
+            scaler = kit.call(self.cls, case=name)
         else:
-            scaler = call(self.cls, **self.hyper, case=name)
+            scaler = kit.call(self.cls, **self.hyper, case=name)
         for method in SCALER_METHODS:
             if not callable(getattr(scaler, method, None)):
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         "case {case}: your DynamicLossScaler has no method `{method}`; it needs {methods}."
                     ).format(case=name, method=method, methods=", ".join(m + "()" for m in SCALER_METHODS))
@@ -372,7 +356,7 @@ class _LearnerScalerRun:
         if isinstance(scaler, torch.amp.GradScaler) or any(
             isinstance(value, torch.amp.GradScaler) for value in getattr(scaler, "__dict__", {}).values()
         ):
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: your DynamicLossScaler uses torch.amp.GradScaler; the exercise is to write its "
                     "rules yourself."
@@ -381,14 +365,14 @@ class _LearnerScalerRun:
         self.scaler = scaler
         self.model, self.optimizer = _scaler_setup(self.options)
         self.optimizer.register_step_post_hook(lambda *_: self._count())
-        return call(scaler.get_scale, case=name)
+        return kit.call(scaler.get_scale, case=name)
 
     def scale(self, x, y, label: str) -> dict:
         """scale(loss) on this step's loss: what it returned (its type, whether backward() can run on it, its value)
         and the loss itself."""
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.options.get("loss_weight", 1.0) * F.mse_loss(self.model(x), y)
-        scaled = call(self.scaler.scale, loss, case=label)
+        scaled = kit.call(self.scaler.scale, loss, case=label)
         self.scaled = scaled
         tensor = isinstance(scaled, torch.Tensor)
         return {
@@ -409,10 +393,10 @@ class _LearnerScalerRun:
     def step(self, label: str):
         """unscale_ and clip (where the case asks for it), then step(optimizer): what it returned."""
         if "clip" in self.options:
-            call(self.scaler.unscale_, self.optimizer, case=f"{label} (unscale_)")
+            kit.call(self.scaler.unscale_, self.optimizer, case=f"{label} (unscale_)")
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options["clip"])
         self.before = self.stepped
-        return call(self.scaler.step, self.optimizer, case=label)
+        return kit.call(self.scaler.step, self.optimizer, case=label)
 
     def after_step(self) -> dict:
         """Whether optimizer.step() really ran, and the parameters after it."""
@@ -423,24 +407,24 @@ class _LearnerScalerRun:
 
     def update(self, label: str):
         """update(), then get_scale()."""
-        call(self.scaler.update, case=f"{label} (update)")
-        return call(self.scaler.get_scale, case=label)
+        kit.call(self.scaler.update, case=f"{label} (update)")
+        return kit.call(self.scaler.get_scale, case=label)
 
 
 def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) -> None:  # noqa: N803
     hyper = dict(DEFAULTS) if hp is None else dict(hp)
     side = []  # the learner's run (_LearnerScalerRun), put there by the first learner step: never in the judge
-    ref = reference(lambda: _ReferenceScalerRun(hyper, options))
+    ref = kit.reference(lambda: _ReferenceScalerRun(hyper, options))
 
     def start():
         side.append(_LearnerScalerRun(DynamicLossScaler, name, hyper, hp is None, options))
         return side[0].start()
 
-    got_scale = learner(name, start)
-    expect_type(got_scale, numbers.Real, case=name, what=_("get_scale() before the first step"))
-    init = reference(lambda: ref.scaler.get_scale())
-    if judging() and float(got_scale) != init:
-        raise CheckFailed(
+    got_scale = kit.learner(name, start)
+    kit.expect_type(got_scale, numbers.Real, case=name, what=_("get_scale() before the first step"))
+    init = kit.reference(lambda: ref.scaler.get_scale())
+    if kit.judging() and float(got_scale) != init:
+        raise kit.CheckFailed(
             _(
                 "case {case}: before the first step get_scale() should be init_scale = {init}; got {got}."
             ).format(case=name, init=_fmt(init), got=_fmt(float(got_scale)))
@@ -452,29 +436,29 @@ def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) 
         injected = injections.get(step)
         event = None if injected is None else _kind(injected)
         # the reference, on an identical model: the whole step at once
-        expected = reference(lambda: ref.iteration(x, y, injected))  # noqa: B023 - called at once
-        prev = DEFERRED if expected is DEFERRED else expected["prev"]
+        expected = kit.reference(lambda: ref.iteration(x, y, injected))  # noqa: B023 - called at once
+        prev = kit.DEFERRED if expected is kit.DEFERRED else expected["prev"]
         # the learner's scaler
-        scaled = learner(f"{label} (scale)", lambda: side[0].scale(x, y, label))  # noqa: B023
+        scaled = kit.learner(f"{label} (scale)", lambda: side[0].scale(x, y, label))  # noqa: B023
         if not scaled["tensor"] or not scaled["requires_grad"]:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: scale(loss) should return a tensor that backward() can be called on (the loss "
                     "times the scale); got a {type}."
                 ).format(case=label, type=scaled["type"])
             )
-        expect_close(
+        kit.expect_close(
             scaled["value"].item(),
-            DEFERRED if prev is DEFERRED else scaled["loss"] * prev,
+            kit.DEFERRED if prev is kit.DEFERRED else scaled["loss"] * prev,
             case=label,
             what=_("scale(loss), the loss times the scale"),
             rtol=1e-6,
         )
-        learner(f"{label} (backward)", lambda: side[0].backward(injected))  # noqa: B023
-        returned = learner(label, lambda: side[0].step(label))  # noqa: B023
-        after = learner(f"{label} (after step)", lambda: side[0].after_step())
+        kit.learner(f"{label} (backward)", lambda: side[0].backward(injected))  # noqa: B023
+        returned = kit.learner(label, lambda: side[0].step(label))  # noqa: B023
+        after = kit.learner(f"{label} (after step)", lambda: side[0].after_step())
         if not isinstance(returned, bool):
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: step(optimizer) should return True or False (whether the optimizer stepped); got "
                     "{got}."
@@ -486,22 +470,22 @@ def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) 
                 if after["stepped"]
                 else _("case {case}: step() returned {returned}, but optimizer.step() was not called.")
             )
-            raise CheckFailed(text.format(case=label, returned=returned))
-        if judging() and returned != expected["should_step"]:
+            raise kit.CheckFailed(text.format(case=label, returned=returned))
+        if kit.judging() and returned != expected["should_step"]:
             if event is not None:
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         "case {case}: the gradients held {event}, so step() should skip optimizer.step() and return "
                         "False; it stepped."
                     ).format(case=label, event=_a(event))
                 )
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: the gradients were all finite, so step() should call optimizer.step() and return "
                     "True; it skipped the step."
                 ).format(case=label)
             )
-        mismatch = _first_param_mismatch(after["params"], expected["params"]) if judging() else None
+        mismatch = _first_param_mismatch(after["params"], expected["params"]) if kit.judging() else None
         if mismatch is not None:
             param, diff, nonfinite = mismatch
             hint = (
@@ -509,18 +493,18 @@ def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) 
                 if nonfinite
                 else _("Were the gradients divided by the scale exactly once before optimizer.step()?")
             )
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: after step() the parameter {param} differs from torch.amp.GradScaler's run on an "
                     "identical model (max abs difference {diff:.3g}; tolerance ±1e-06 relative + ±1e-07 absolute). "
                     "{hint}"
                 ).format(case=label, param=param, diff=diff, hint=hint)
             )
-        got_scale = learner(label, lambda: side[0].update(label))  # noqa: B023
+        got_scale = kit.learner(label, lambda: side[0].update(label))  # noqa: B023
         clean = 0 if event is not None else clean + 1
-        expect_type(got_scale, numbers.Real, case=label, what=_("get_scale()"))
-        if judging() and float(got_scale) != expected["scale"]:
-            raise CheckFailed(
+        kit.expect_type(got_scale, numbers.Real, case=label, what=_("get_scale()"))
+        if kit.judging() and float(got_scale) != expected["scale"]:
+            raise kit.CheckFailed(
                 _expected_scale_text(label, prev, expected["scale"], float(got_scale), event, clean, hyper)
             )
         if clean == hyper["growth_interval"]:
@@ -541,13 +525,13 @@ def _drawn_scaler_case(rng: random.Random, i: int):
     if rng.random() < 0.5:
         options["clip"] = rng.choice([0.05, 1.0])
     label = ", ".join(f"{k}={_fmt(v)}" for k, v in hp.items())
-    return drawn(i, f"{label}, overflows at steps {sorted(injections)}"), hp, n_steps, injections, options
+    return kit.drawn(i, f"{label}, overflows at steps {sorted(injections)}"), hp, n_steps, injections, options
 
 
-@check("e2_dynamic_loss_scaler", points=4)
+@kit.check("e2_dynamic_loss_scaler", points=4)
 def check_dynamic_loss_scaler(DynamicLossScaler) -> int:  # noqa: N803 - the learner's class
-    expect_callable(DynamicLossScaler, "DynamicLossScaler")
-    cases = _scaler_cases() + drawn_cases("e2_dynamic_loss_scaler", 2, _drawn_scaler_case)
+    kit.expect_callable(DynamicLossScaler, "DynamicLossScaler")
+    cases = _scaler_cases() + kit.drawn_cases("e2_dynamic_loss_scaler", 2, _drawn_scaler_case)
     for name, hp, n_steps, injections, options in cases:
         _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options)
     return len(cases)
@@ -645,7 +629,7 @@ def _drawn_train_case(rng: random.Random, i: int):
     overflow = rng.choice([None, n_steps]) if dtype == torch.float16 else None
     widths = [rng.randint(4, 24), rng.randint(8, 40), rng.randint(2, 6)]
     batch = rng.randint(4, 40)
-    name = drawn(
+    name = kit.drawn(
         i,
         f"{dtype}, max_norm={max_norm}, GradScaler({options}), mlp({widths}), batch {batch}"
         + (f", overflow at step {overflow}" if overflow else ""),
@@ -686,15 +670,15 @@ def _autocast_loss(widths: list[int], params, batch, dtype) -> float:
 
 def _compare_number(got, expected, scale, *, case, what, rtol, hint_scaled):
     # an overflow step: any non-finite value is right, and so is a finite one (not known in the grading kernel)
-    if expected is DEFERRED or not math.isfinite(expected):
-        expect_type(got, numbers.Real, case=case, what=what)
+    if expected is kit.DEFERRED or not math.isfinite(expected):
+        kit.expect_type(got, numbers.Real, case=case, what=what)
         return
     try:
-        expect_close(got, expected, case=case, what=what, rtol=rtol, atol=1e-6, reveal=False)
-    except CheckFailed as failure:
+        kit.expect_close(got, expected, case=case, what=what, rtol=rtol, atol=1e-6, reveal=False)
+    except kit.CheckFailed as failure:
         ratio = float(got) / expected if expected else math.nan
         if scale > 1 and math.isfinite(ratio) and abs(ratio / scale - 1) < 1e-2:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _("{failure} That is the loss scale ({scale}) times too big: {hint}").format(
                     failure=failure, scale=_fmt(scale), hint=hint_scaled
                 )
@@ -731,7 +715,7 @@ class _WatchedTraining:
         self.scale_before = self.scaler.get_scale()
         self.seen_dtypes.clear(), self.raw.clear(), self.applied.clear(), self.scaler.calls.clear()
         self.stale = any(p.grad is not None for p in self.model.parameters())  # the previous step's gradients
-        return call(
+        return kit.call(
             amp_train_step, self.model, batch, self.optimizer, self.scaler, max_norm, dtype=dtype, case=label
         )
 
@@ -776,17 +760,17 @@ def _run_train_case(
     for step, batch_ in enumerate(_train_batches(n_steps, overflow_step, widths, batch), start=1):
         label = f"{name}, step {step}"
         params_before = params
-        expected_loss = reference(lambda: _autocast_loss(widths, params_before, batch_, dtype))  # noqa: B023
+        expected_loss = kit.reference(lambda: _autocast_loss(widths, params_before, batch_, dtype))  # noqa: B023
         stale_message = _(
             "case {case}: the gradients of the previous step were still in .grad and were added to this step's: "
             "clear them with optimizer.zero_grad(set_to_none=True), at the end of each step or at its start."
         ).format(case=label)
-        got = learner(label, lambda: run_step(batch_, label))  # noqa: B023 - called at once
-        seen = learner(f"{label} (what the check saw)", lambda: side[0].seen())
+        got = kit.learner(label, lambda: run_step(batch_, label))  # noqa: B023 - called at once
+        seen = kit.learner(f"{label} (what the check saw)", lambda: side[0].seen())
         params, scale_before, stale = seen["params"], seen["scale"], seen["stale"]
-        expect_type(got, tuple, case=label, what=_("the result"))
+        kit.expect_type(got, tuple, case=label, what=_("the result"))
         if len(got) != 2:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _("case {case}: the result should be a pair (loss, grad_norm); got {count} values.").format(
                     case=label, count=len(got)
                 )
@@ -794,16 +778,16 @@ def _run_train_case(
         loss, norm = got
         for value, what in ((loss, _("the loss")), (norm, _("the gradient norm"))):
             if isinstance(value, torch.Tensor):
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _("case {case}: {what} should be a Python float (use .item()); got a tensor.").format(
                         case=label, what=what
                     )
                 )
         seen_dtypes = seen["dtypes"]
         if not seen_dtypes:
-            raise CheckFailed(_("case {case}: the model's forward pass was not run.").format(case=label))
+            raise kit.CheckFailed(_("case {case}: the model's forward pass was not run.").format(case=label))
         if seen_dtypes[0] != str(dtype):
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: the forward pass should run under torch.autocast(device_type=x.device.type, "
                     "dtype={dtype}); the first Linear layer's output was {got}."
@@ -811,7 +795,7 @@ def _run_train_case(
             )
         calls = seen["calls"]
         if calls.count("scale") != 1 or seen["n_raw"] != len(params_before):
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: call scaler.scale(loss).backward() once per step (scale() was called {calls} "
                     "times; {with_grad} of {count} parameters got a gradient)."
@@ -820,7 +804,7 @@ def _run_train_case(
                 )
             )
         if calls.count("update") != 1 or calls[-1] != "update" or "step" not in calls:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: the scaler's calls were {calls}: call scaler.step(optimizer) and then "
                     "scaler.update() once, at the end of the step."
@@ -851,14 +835,14 @@ def _run_train_case(
                     "clip_grad_norm_."
                 ),
             )
-        except CheckFailed:
+        except kit.CheckFailed:
             if stale:
-                raise CheckFailed(stale_message) from None
+                raise kit.CheckFailed(stale_message) from None
             raise
         applied = seen["applied"]
         if not finite:  # an overflow: GradScaler must have skipped the optimizer step
             if applied or any(not torch.equal(p, p0) for p, p0 in zip(params, params_before)):
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         "case {case}: this step overflowed (an inf in the fp16 forward pass), so the optimizer step "
                         "should have been skipped (scaler.step does that) and the parameters left as they were."
@@ -866,7 +850,7 @@ def _run_train_case(
                 )
             continue
         if len(applied) != 1:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _("case {case}: the optimizer should step once; it stepped {count} times.").format(
                     case=label, count=len(applied)
                 )
@@ -875,7 +859,7 @@ def _run_train_case(
         for pname, used, g in zip(names, applied[0], true_grads):
             if used is None or not torch.allclose(used, g * coefficient, rtol=1e-4, atol=1e-7):
                 if stale:
-                    raise CheckFailed(stale_message)
+                    raise kit.CheckFailed(stale_message)
                 if used is not None and torch.allclose(used, g, rtol=1e-4, atol=1e-7) and coefficient < 1:
                     text = _(
                         "case {case}: the gradient the optimizer applied to {param} is wrong: they were not clipped "
@@ -892,10 +876,12 @@ def _run_train_case(
                         "unscaled gradients clipped to max_norm: unscale_ first, then "
                         "clip_grad_norm_(model.parameters(), max_norm), then scaler.step(optimizer)."
                     )
-                raise CheckFailed(text.format(case=label, param=pname, max_norm=max_norm, norm=expected_norm))
+                raise kit.CheckFailed(
+                    text.format(case=label, param=pname, max_norm=max_norm, norm=expected_norm)
+                )
         for pname, p, p0, used in zip(names, params, params_before, applied[0]):
             if not torch.allclose(p, p0 - lr * used, rtol=1e-5, atol=1e-7):
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         "case {case}: after the step the parameter {param} is not what one optimizer.step() with the "
                         "clipped gradients gives: let scaler.step(optimizer) do the step, once."
@@ -903,10 +889,10 @@ def _run_train_case(
                 )
 
 
-@check("e3_amp_train_step", points=3)
+@kit.check("e3_amp_train_step", points=3)
 def check_amp_train_step(amp_train_step) -> int:
-    expect_callable(amp_train_step, "amp_train_step")
-    cases = _train_cases() + drawn_cases("e3_amp_train_step", 2, _drawn_train_case)
+    kit.expect_callable(amp_train_step, "amp_train_step")
+    cases = _train_cases() + kit.drawn_cases("e3_amp_train_step", 2, _drawn_train_case)
     for case in cases:
         _run_train_case(amp_train_step, *case)
     return len(cases)
@@ -972,7 +958,7 @@ def _watch(measure_amp_step, device, profile, dtype, steps: int, case: str):
 
             optimizer.register_step_post_hook(after_step)
             torch.cuda.reset_peak_memory_stats(device)
-            got = call(measure_amp_step, model, data, optimizer, dtype, steps=steps, case=case)
+            got = kit.call(measure_amp_step, model, data, optimizer, dtype, steps=steps, case=case)
             _sync(device)
             peak = torch.cuda.max_memory_allocated(device)
         else:
@@ -983,7 +969,7 @@ def _watch(measure_amp_step, device, profile, dtype, steps: int, case: str):
                     trace.mark(f"after step {len(clock)}")
 
                 optimizer.register_step_post_hook(after_step)
-                got = call(measure_amp_step, model, data, optimizer, dtype, steps=steps, case=case)
+                got = kit.call(measure_amp_step, model, data, optimizer, dtype, steps=steps, case=case)
             after_warm_up = [m.peak_bytes for m in trace.marks[1:]]
             peak = max(after_warm_up + [trace.current_bytes]) if after_warm_up else trace.peak_bytes
         del model, optimizer, data
@@ -991,12 +977,12 @@ def _watch(measure_amp_step, device, profile, dtype, steps: int, case: str):
         side["seen"] = {"dtypes": [str(d) for d in seen], "peak": int(peak), "clock": list(clock)}
         return got
 
-    got = learner(case, run)
-    seen = learner(f"{case} (what the check saw)", lambda: side["seen"])
+    got = kit.learner(case, run)
+    seen = kit.learner(f"{case} (what the check saw)", lambda: side["seen"])
     _expect_result(got, case)
     wanted = str(dtype or torch.float32)
     if not seen["dtypes"]:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _("case {case}: your function never ran the model's forward pass.").format(case=case)
         )
     if any(d != wanted for d in seen["dtypes"]):
@@ -1012,10 +998,10 @@ def _watch(measure_amp_step, device, profile, dtype, steps: int, case: str):
                 "output was {got}."
             )
         )
-        raise CheckFailed(text.format(case=case, dtype=dtype, got=wrong))
+        raise kit.CheckFailed(text.format(case=case, dtype=dtype, got=wrong))
     clock = seen["clock"]
     if len(clock) != steps + 1:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: with steps={steps} the optimizer should step {expected} times (one warm-up step, then "
                 "the timed ones); it stepped {count} times."
@@ -1025,11 +1011,11 @@ def _watch(measure_amp_step, device, profile, dtype, steps: int, case: str):
 
 
 def _expect_result(got, case: str) -> None:
-    expect_keys(got, ("step_ms", "peak_bytes"), case=case, what=_("the returned dict"))
+    kit.expect_keys(got, ("step_ms", "peak_bytes"), case=case, what=_("the returned dict"))
     for key in ("step_ms", "peak_bytes"):
-        expect_type(got[key], numbers.Real, case=case, what=key)
+        kit.expect_type(got[key], numbers.Real, case=case, what=key)
         if not math.isfinite(float(got[key])) or float(got[key]) <= 0:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _("case {case}: {key} should be a positive number; got {got}.").format(
                     case=case, key=key, got=repr(got[key])
                 )
@@ -1045,12 +1031,12 @@ def run_measure_amp_step_check(measure_amp_step: Callable, device: torch.device 
     """
     device = torch.device(device)
     profile = E4_PROFILES[device.type]
-    expect_callable(measure_amp_step, "measure_amp_step")
+    kit.expect_callable(measure_amp_step, "measure_amp_step")
     for dtype in E4_DTYPES:
         name = f"{'bf16 autocast' if dtype else 'fp32'}, mlp({profile['widths']}), batch {profile['batch']} on {device.type}"
         case = f"{name}, steps={E4_STEPS}"
         got, peak, clock = _watch(measure_amp_step, device, profile, dtype, E4_STEPS, case)
-        expect_close(
+        kit.expect_close(
             got["peak_bytes"],
             peak,
             case=case,
@@ -1063,7 +1049,7 @@ def run_measure_amp_step_check(measure_amp_step: Callable, device: torch.device 
         ratio = float(got["step_ms"]) / seen_ms
         factor = profile["time_factor"]
         if not (1 / factor <= ratio <= factor):
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: step_ms = {step_ms:.3g} ms is {how_far} of what the check saw from outside your "
                     "function (tolerance: a factor of {factor:g}). Milliseconds per step, averaged over the timed "
@@ -1071,28 +1057,29 @@ def run_measure_amp_step_check(measure_amp_step: Callable, device: torch.device 
                 ).format(
                     case=case,
                     step_ms=float(got["step_ms"]),
-                    how_far=how_far(float(got["step_ms"]), seen_ms),
+                    how_far=kit.how_far(float(got["step_ms"]), seen_ms),
                     factor=factor,
                 )
             )
     return len(E4_DTYPES)
 
 
-@check("e4_measure_amp_step", points=1, rerun=True)
+@kit.check("e4_measure_amp_step", points=1, rerun=True)
 def check_measure_amp_step(measure_amp_step) -> int:
-    expect_callable(measure_amp_step, "measure_amp_step")
+    kit.expect_callable(measure_amp_step, "measure_amp_step")
     # what runs anywhere: two steps of a tiny model on the CPU return the right dict
     case = "a 2-step run of a tiny model on the CPU"
     model, optimizer, data = amp_setup(torch.device("cpu"), [8, 16, 4], 32)
-    _expect_result(call(measure_amp_step, model, data, optimizer, torch.bfloat16, steps=2, case=case), case)
-    needs_hardware(
+    _expect_result(
+        kit.call(measure_amp_step, model, data, optimizer, torch.bfloat16, steps=2, case=case), case
+    )
+    kit.needs_hardware(
         cuda=True, min_capability=(8, 0), passed=_("a 2-step run on the CPU returned positive numbers")
     )
     return run_measure_amp_step_check(measure_amp_step, torch.device("cuda", torch.cuda.current_device()))
 
 
 __all__ = [
-    "CheckFailed",
     "check_underflow_fraction",
     "check_dynamic_loss_scaler",
     "check_amp_train_step",

@@ -42,25 +42,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
-from autograders.kit import (
-    CheckFailed,
-    _,
-    call,
-    check,
-    drawn,
-    drawn_cases,
-    expect_callable,
-    expect_close,
-    expect_keys,
-    expect_type,
-    how_far,
-    judging,
-    learner,
-    needs_hardware,
-    read_only,
-    reference,
-    references,
-)
+from autograders import kit
+from autograders.kit import _
 from memlab.measure import track_memory
 from memlab.models import tiny_llama_config
 
@@ -70,7 +53,7 @@ DATA = Path(__file__).resolve().parent / "data" / "lesson04.json"
 
 @functools.cache
 def stored() -> dict:
-    return read_only(json.loads(DATA.read_text()))
+    return kit.read_only(json.loads(DATA.read_text()))
 
 
 # ---- e1: llama_layer_saved_bytes ----------------------------------------------------------------------------------
@@ -191,7 +174,7 @@ def _e1_drawn_case(rng: random.Random, i: int):
     # matmul saves as it is (the one shape where the keys and values are not saved at the full head count)
     batch = rng.randint(2 if kv == 1 else 1, 3)
     seq, dtype = rng.choice([8, 16, 24, 40, 64]), rng.choice(["fp32", "bf16"])
-    name = drawn(i, f"{_describe_config(config)}, batch {batch}, seq {seq}, {dtype}")
+    name = kit.drawn(i, f"{_describe_config(config)}, batch {batch}, seq {seq}, {dtype}")
     return name, config, batch, seq, dtype
 
 
@@ -226,32 +209,32 @@ def _call_watching_ops(fn, config, batch: int, seq: int, bytes_per_value: int, c
     def run():
         recorder = _OpRecorder()
         with recorder:
-            got = call(fn, copy.deepcopy(config), batch, seq, bytes_per_value, case=case)
+            got = kit.call(fn, copy.deepcopy(config), batch, seq, bytes_per_value, case=case)
         seen["ran"] = sorted(recorder.ops & MODEL_OPS)
         return got
 
-    got = learner(case, run)
-    return got, learner(f"{case}: the model ops torch ran during the call", lambda: seen["ran"])
+    got = kit.learner(case, run)
+    return got, kit.learner(f"{case}: the model ops torch ran during the call", lambda: seen["ran"])
 
 
-@check("e1_llama_layer_saved_bytes", points=4)
+@kit.check("e1_llama_layer_saved_bytes", points=4)
 def check_llama_layer_saved_bytes(llama_layer_saved_bytes) -> int:
-    expect_callable(llama_layer_saved_bytes, "llama_layer_saved_bytes")
-    cases = _e1_public_cases() + drawn_cases("e1_llama_layer_saved_bytes", 3, _e1_drawn_case)
+    kit.expect_callable(llama_layer_saved_bytes, "llama_layer_saved_bytes")
+    cases = _e1_public_cases() + kit.drawn_cases("e1_llama_layer_saved_bytes", 3, _e1_drawn_case)
     for name, config, batch, seq, dtype in cases:
         bytes_per_value = torch.finfo(DTYPES[dtype]).bits // 8
-        expected = reference(lambda: _e1_expected(name, config, batch, seq, dtype))  # noqa: B023 - called at once
+        expected = kit.reference(lambda: _e1_expected(name, config, batch, seq, dtype))  # noqa: B023 - called at once
         got, ran = _call_watching_ops(llama_layer_saved_bytes, config, batch, seq, bytes_per_value, name)
         if ran:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: your function ran a model (torch ran {ops}): the exercise asks for a "
                     "formula in the config's numbers, not a measurement."
                 ).format(case=name, ops=", ".join(ran))
             )
         if isinstance(got, torch.Tensor) or not isinstance(got, numbers.Real) or isinstance(got, bool):
-            expect_type(got, int, case=name, what=_("the number of bytes"))
-        expect_close(
+            kit.expect_type(got, int, case=name, what=_("the number of bytes"))
+        kit.expect_close(
             got,
             expected,
             case=name,
@@ -364,7 +347,7 @@ def _plan_peaks(blocks: nn.Sequential, x: torch.Tensor) -> list[int]:
 
 def _least_flops_drawn(blocks: nn.Sequential, x: torch.Tensor, budget: int) -> int | None:
     """The least recomputed FLOPs of a plan that fits `budget` (a reference step): the grading references' search."""
-    refs = references("lesson04")
+    refs = kit.references("lesson04")
     return refs.least_flops_within(refs.plan_table(blocks, x), budget)
 
 
@@ -378,7 +361,7 @@ def _e2_drawn_case(rng: random.Random, i: int):
     blocks, x = budget_stack(spec["d"], spec["blocks"], spec["batch"], seed=i)
     peaks = _plan_peaks(blocks, x)
     budget = rng.choice(peaks[1:-1] or peaks) + rng.randint(0, 512)
-    name = drawn(i, f"{_describe_model(spec)}, budget {budget:,} bytes")
+    name = kit.drawn(i, f"{_describe_model(spec)}, budget {budget:,} bytes")
     return name, spec, budget, functools.partial(_least_flops_drawn, blocks, x, budget)
 
 
@@ -386,7 +369,7 @@ def _normalise_plan(got, n: int, case: str):
     if got is None:
         return None
     if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: the plan should be a list of block indices (or None when no plan fits); got {type}."
             ).format(case=case, type=type(got).__name__)
@@ -394,7 +377,7 @@ def _normalise_plan(got, n: int, case: str):
     plan = list(got)
     for i in plan:
         if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= int(i) < n:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _("case {case}: the plan should hold block indices 0..{last}; it holds {got}.").format(
                     case=case, last=n - 1, got=repr(i)
                 )
@@ -406,8 +389,8 @@ def _judge_plan(name: str, blocks: nn.Sequential, x: torch.Tensor, plan, budget:
     """The verdict on one case's plan: measured on the check's own blocks, in reference steps."""
     if least is None:
         if plan is not None:
-            peak, _flops = reference(lambda: measure_plan(blocks, x, plan))
-            raise CheckFailed(
+            peak, _flops = kit.reference(lambda: measure_plan(blocks, x, plan))
+            raise kit.CheckFailed(
                 _(
                     "case {case}: no plan fits this budget, so the function should return None; it returned "
                     "{plan}, whose measured peak is {peak:,} bytes, over the budget of {budget:,}."
@@ -415,15 +398,15 @@ def _judge_plan(name: str, blocks: nn.Sequential, x: torch.Tensor, plan, budget:
             )
         return
     if plan is None:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: your function returned None, but a plan that fits the budget of {budget:,} bytes "
                 "exists."
             ).format(case=name, budget=budget)
         )
-    peak, flops = reference(lambda: measure_plan(blocks, x, plan))
+    peak, flops = kit.reference(lambda: measure_plan(blocks, x, plan))
     if peak > budget:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: with your plan {plan} the measured peak is {peak:,} bytes, {over:,} over the "
                 "budget of {budget:,}: checkpoint more (or other) blocks."
@@ -442,23 +425,25 @@ def _judge_plan(name: str, blocks: nn.Sequential, x: torch.Tensor, plan, budget:
                 "fewer exists (no checkpointing at all fits this budget): your recompute is {how_far}."
             )
         )
-        raise CheckFailed(message.format(case=name, plan=plan, flops=flops, how_far=how_far(flops, least)))
+        raise kit.CheckFailed(
+            message.format(case=name, plan=plan, flops=flops, how_far=kit.how_far(flops, least))
+        )
 
 
-@check("e2_plan_checkpointing", points=4)
+@kit.check("e2_plan_checkpointing", points=4)
 def check_plan_checkpointing(plan_checkpointing) -> int:
-    expect_callable(plan_checkpointing, "plan_checkpointing")
-    cases = _e2_public_cases() + drawn_cases("e2_plan_checkpointing", 2, _e2_drawn_case)
+    kit.expect_callable(plan_checkpointing, "plan_checkpointing")
+    cases = _e2_public_cases() + kit.drawn_cases("e2_plan_checkpointing", 2, _e2_drawn_case)
     for name, spec, budget, least_flops in cases:
         # the check's own blocks, measured only in reference steps; the learner's function gets a copy of its own
         blocks, x = budget_stack(spec["d"], spec["blocks"], spec["batch"])
-        got = learner(
+        got = kit.learner(
             name,
-            lambda: call(plan_checkpointing, copy.deepcopy(blocks), x.clone(), budget, case=name),  # noqa: B023
+            lambda: kit.call(plan_checkpointing, copy.deepcopy(blocks), x.clone(), budget, case=name),  # noqa: B023
         )
         plan = _normalise_plan(got, len(blocks), name)
-        if judging():
-            _judge_plan(name, blocks, x, plan, budget, reference(least_flops))
+        if kit.judging():
+            _judge_plan(name, blocks, x, plan, budget, kit.reference(least_flops))
     return len(cases)
 
 
@@ -511,11 +496,11 @@ def _sync(device: torch.device) -> None:
 
 
 def _expect_stack_result(got, case: str) -> None:
-    expect_keys(got, ("peak_bytes", "step_ms"), case=case, what=_("the returned dict"))
+    kit.expect_keys(got, ("peak_bytes", "step_ms"), case=case, what=_("the returned dict"))
     for key in ("peak_bytes", "step_ms"):
-        expect_type(got[key], numbers.Real, case=case, what=key)
+        kit.expect_type(got[key], numbers.Real, case=case, what=key)
         if not math.isfinite(float(got[key])) or float(got[key]) <= 0:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _("case {case}: {key} should be a positive number; got {got}.").format(
                     case=case, key=key, got=repr(got[key])
                 )
@@ -544,14 +529,14 @@ def _watch_stack(fn, device, profile, use_checkpoint: bool, case: str):
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             start = time.perf_counter()
-            got = call(fn, stack, hidden, pe, use_checkpoint, steps=profile["steps"], case=case)
+            got = kit.call(fn, stack, hidden, pe, use_checkpoint, steps=profile["steps"], case=case)
             _sync(device)
             seconds = time.perf_counter() - start
             peak = torch.cuda.max_memory_allocated(device)
         else:
             with track_memory(model=stack, inputs=(hidden, pe)) as trace:
                 start = time.perf_counter()
-                got = call(fn, stack, hidden, pe, use_checkpoint, steps=profile["steps"], case=case)
+                got = kit.call(fn, stack, hidden, pe, use_checkpoint, steps=profile["steps"], case=case)
                 seconds = time.perf_counter() - start
             peak = trace.peak_bytes
         del stack, hidden, pe
@@ -560,8 +545,8 @@ def _watch_stack(fn, device, profile, use_checkpoint: bool, case: str):
         seen.update(peak=int(peak), seconds=float(seconds), calls=[int(c) for c in calls])
         return got
 
-    got = learner(case, watch)
-    saw = learner(f"{case}: what the check saw of the call", lambda: seen)
+    got = kit.learner(case, watch)
+    saw = kit.learner(f"{case}: what the check saw of the call", lambda: seen)
     _expect_stack_result(got, case)
     steps, calls = profile["steps"], saw["calls"]
     per_layer = (steps + 1) * (2 if use_checkpoint else 1)
@@ -579,7 +564,7 @@ def _watch_stack(fn, device, profile, use_checkpoint: bool, case: str):
                 "it ran {calls} times."
             )
         )
-        raise CheckFailed(message.format(case=case, steps=steps, per_layer=per_layer, calls=calls))
+        raise kit.CheckFailed(message.format(case=case, steps=steps, per_layer=per_layer, calls=calls))
     return got, saw["peak"], saw["seconds"]
 
 
@@ -587,7 +572,7 @@ def run_checkpointed_stack_check(fn: Callable, device) -> int:
     """The logic of check_measure_checkpointed_stack on `device` with that device's profile; returns the cases."""
     device = torch.device(device)
     profile = E3_PROFILES[device.type]
-    expect_callable(fn, "measure_checkpointed_stack")
+    kit.expect_callable(fn, "measure_checkpointed_stack")
     peaks = {}
     for use_checkpoint in (False, True):
         case = (
@@ -595,7 +580,7 @@ def run_checkpointed_stack_check(fn: Callable, device) -> int:
             f"{str(profile['dtype']).removeprefix('torch.')} on {device.type}, checkpoint={use_checkpoint}"
         )
         got, peak, seconds = _watch_stack(fn, device, profile, use_checkpoint, case)
-        expect_close(
+        kit.expect_close(
             got["peak_bytes"],
             peak,
             case=case,
@@ -607,7 +592,7 @@ def run_checkpointed_stack_check(fn: Callable, device) -> int:
         upper_ms = 1000 * seconds / profile["steps"]  # the whole call, warm-up included, per timed step
         lower_ms = upper_ms / (profile["steps"] + 1) / profile["time_factor"]
         if not lower_ms <= float(got["step_ms"]) <= upper_ms:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: step_ms = {step_ms:.3g} ms does not fit the time your call took "
                     "({call_ms:.3g} ms for one warm-up and {steps} timed steps): milliseconds per "
@@ -618,7 +603,7 @@ def run_checkpointed_stack_check(fn: Callable, device) -> int:
             )
         peaks[use_checkpoint] = float(got["peak_bytes"])
     if not peaks[True] < peaks[False]:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "checkpointing should lower the peak of this stack: your peak with checkpoint=True is not below the "
                 "one with checkpoint=False."
@@ -627,11 +612,11 @@ def run_checkpointed_stack_check(fn: Callable, device) -> int:
     return 2
 
 
-@check("e3_measure_checkpointed_stack", points=2, rerun=True)
+@kit.check("e3_measure_checkpointed_stack", points=2, rerun=True)
 def check_measure_checkpointed_stack(measure_checkpointed_stack) -> int:
-    expect_callable(measure_checkpointed_stack, "measure_checkpointed_stack")
+    kit.expect_callable(measure_checkpointed_stack, "measure_checkpointed_stack")
     n = run_checkpointed_stack_check(measure_checkpointed_stack, "cpu")
-    needs_hardware(
+    kit.needs_hardware(
         cuda=True,
         min_gpu_gb=E3_MIN_GPU_GB,
         passed=_("the tiny stack on the CPU: forward calls, peak and step time as the check saw them"),
@@ -642,7 +627,6 @@ def check_measure_checkpointed_stack(measure_checkpointed_stack) -> int:
 
 
 __all__ = [
-    "CheckFailed",
     "check_llama_layer_saved_bytes",
     "check_plan_checkpointing",
     "check_measure_checkpointed_stack",

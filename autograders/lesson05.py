@@ -33,25 +33,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from autograders.kit import (
-    DEFERRED,
-    CheckFailed,
-    _,
-    call,
-    check,
-    drawn,
-    drawn_cases,
-    expect_callable,
-    expect_close,
-    expect_keys,
-    expect_type,
-    how_far,
-    judging,
-    learner,
-    read_only,
-    reference,
-    references,
-)
+from autograders import kit
+from autograders.kit import _
 from memlab.models import build_model, mlp, tiny_bert_config, tiny_llama_config
 
 PAD_ID = 0  # tiny_llama_config's pad token: the check's random token ids start at 3
@@ -157,7 +140,7 @@ def _drawn_e1_case(rng: random.Random, i: int):
             rows.append((length, prefix))
         specs.append(rows)
     counts = "/".join(str(sum(length - max(1, p) for length, p in rows)) for rows in specs)
-    name = drawn(i, f"{len(specs)} micro-batch(es) with {counts} target tokens")
+    name = kit.drawn(i, f"{len(specs)} micro-batch(es) with {counts} target tokens")
     return name, rng.randrange(10**6), rng.choice([0.1, 0.3, 0.5]), specs, rng.choice([1, 2])
 
 
@@ -266,7 +249,7 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
     generator = torch.Generator().manual_seed(seed)
     micro_batches = [micro_batch(rows, generator) for rows in specs]
     # the reference: full-batch steps on an identical model of its own
-    expected_steps = reference(lambda: _full_batch_steps(seed, lr, micro_batches, n_steps))
+    expected_steps = kit.reference(lambda: _full_batch_steps(seed, lr, micro_batches, n_steps))
     side: dict = {}  # the learner's model and optimizer, built and touched only inside learner steps
     n_micro = len(micro_batches)
     for step in range(1, n_steps + 1):
@@ -278,27 +261,29 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
             side["applied"].clear()
             side["backwards"][0] = 0
             copies = [{k: v.clone() for k, v in mb.items()} for mb in micro_batches]
-            return call(train_step_accumulated, side["model"], side["optimizer"], copies, case=label)
+            return kit.call(train_step_accumulated, side["model"], side["optimizer"], copies, case=label)
 
         # the learner's step, watched
-        got = learner(label, learner_step)
+        got = kit.learner(label, learner_step)
         if isinstance(got, torch.Tensor):
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _("case {case}: return the loss as a Python float (loss.item()); got a tensor.").format(
                     case=label
                 )
             )
-        expect_type(got, numbers.Real, case=label, what=_("the returned loss"))
-        did = learner(f"{label}: the model and optimizer after the step", lambda: _what_the_step_did(side))
+        kit.expect_type(got, numbers.Real, case=label, what=_("the returned loss"))
+        did = kit.learner(
+            f"{label}: the model and optimizer after the step", lambda: _what_the_step_did(side)
+        )
         if did["optimizer steps"] != 1:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: optimizer.step() should be called once per call, after the backward of the last "
                     "of the {count} micro-batch(es); it was called {calls} time(s)."
                 ).format(case=label, count=n_micro, calls=did["optimizer steps"])
             )
         if did["backwards"] != n_micro:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: backward() should run once per micro-batch ({count} here), each right after that "
                     "micro-batch's forward; it ran {runs} time(s). Adding the losses up and calling backward once "
@@ -308,7 +293,7 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
         names, applied = did["names"], did["applied"]
         missing = [n for n, g in zip(names, applied) if g is None]
         if missing:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: when optimizer.step() ran, {parameter} had no gradient: call backward() on every "
                     "micro-batch's loss before the step (and zero the gradients after it, not before it)."
@@ -316,19 +301,19 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
             )
         if did["leftover"]:
             ((leftover_name, leftover_norm),) = did["leftover"]
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: after the step the gradients should be zeroed (optimizer.zero_grad(): None or "
                     "zeros are both fine); {parameter} still has a gradient of norm {norm:.3g}, which the next step "
                     "would add to."
                 ).format(case=label, parameter=leftover_name, norm=leftover_norm)
             )
-        if not judging():
+        if not kit.judging():
             continue
         expected = expected_steps[step - 1]
         verdict = _grad_verdict(_flat(applied), _flat(expected["grads"]), n_micro)
         if verdict:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: the gradients the optimizer applied are not those of the full batch (tolerance "
                     "{rtol:g} relative, fp32 rounding): {verdict}."
@@ -336,7 +321,7 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
             )
         for pname, p, q in zip(names, did["parameters"], expected["parameters"]):
             if not torch.allclose(p, q, rtol=1e-5, atol=1e-6):
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         "case {case}: after the step the parameter {parameter} is not what one SGD step with the "
                         "full-batch gradient gives: let optimizer.step() make the update, once, and change nothing "
@@ -352,18 +337,18 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
                 hint = " " + _("That is the last micro-batch's loss alone.")
             elif n_micro > 1 and math.isclose(got, mean_of_means, rel_tol=LOSS_RTOL):
                 hint = " " + _("That is the mean of the per-micro-batch means.")
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: the returned loss should be the step's loss, the mean over all target tokens of "
                     "all micro-batches (before the update); it is {how_far} (tolerance ±{rtol:g} relative).{hint}"
-                ).format(case=label, how_far=how_far(got, expected_loss), rtol=LOSS_RTOL, hint=hint)
+                ).format(case=label, how_far=kit.how_far(got, expected_loss), rtol=LOSS_RTOL, hint=hint)
             )
 
 
-@check("e1_train_step_accumulated", points=4)
+@kit.check("e1_train_step_accumulated", points=4)
 def check_train_step_accumulated(train_step_accumulated) -> int:
-    expect_callable(train_step_accumulated, "train_step_accumulated")
-    cases = _e1_cases() + drawn_cases("e1_train_step_accumulated", 3, _drawn_e1_case)
+    kit.expect_callable(train_step_accumulated, "train_step_accumulated")
+    cases = _e1_cases() + kit.drawn_cases("e1_train_step_accumulated", 3, _drawn_e1_case)
     for case in cases:
         _run_e1_case(train_step_accumulated, *case)
     return len(cases)
@@ -553,7 +538,7 @@ def _drawn_e2_case(rng: random.Random, i: int):
     micro, accumulation = rng.randint(1, 4), rng.randint(2, 5)
     n = micro * (accumulation - 1) + rng.randint(1, micro)  # the last micro-batch may be smaller
     num_labels = rng.randint(2, 4)
-    name = drawn(
+    name = kit.drawn(
         i,
         f"{kind}, {num_labels} labels, {n} examples, micro-batches of {micro}, accumulation {accumulation}",
     )
@@ -583,46 +568,48 @@ def _check_direct(seq_cls_loss, name, shape, labels, num_items) -> None:
         logits = _direct_logits(name, shape)
         num = None if num_items is None else torch.tensor(num_items)
         outputs = SequenceClassifierOutput(logits=logits)  # as Trainer passes it: labels popped, so no .loss
-        side["loss"] = call(seq_cls_loss, outputs, torch.tensor(labels), num_items_in_batch=num, case=name)
+        side["loss"] = kit.call(
+            seq_cls_loss, outputs, torch.tensor(labels), num_items_in_batch=num, case=name
+        )
         return side["loss"]
 
-    got = learner(name, direct_call)
+    got = kit.learner(name, direct_call)
     if not isinstance(got, torch.Tensor):
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: the loss should be a 0-dimensional tensor (backward() is called on it); got {type}."
             ).format(case=name, type=type(got).__name__)
         )
     if got.dim() != 0:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: the loss should be a 0-dimensional tensor (backward() is called on it); got a tensor "
                 "of shape {shape}."
             ).format(case=name, shape=tuple(got.shape))
         )
     # the round trip drops autograd history: whether the returned loss had a gradient is read where it was returned
-    if not learner(f"{name}: the loss requires grad", lambda: bool(side["loss"].requires_grad)):
-        raise CheckFailed(
+    if not kit.learner(f"{name}: the loss requires grad", lambda: bool(side["loss"].requires_grad)):
+        raise kit.CheckFailed(
             _("case {case}: the loss should be computed from outputs.logits (it has no gradient).").format(
                 case=name
             )
         )
-    expected = reference(lambda: _direct_expected(name, shape, labels, num_items))
+    expected = kit.reference(lambda: _direct_expected(name, shape, labels, num_items))
     if num_items is None:
         what = _("the loss (the mean cross-entropy over the labelled examples)")
     else:
         what = _("the loss (the summed cross-entropy divided by num_items_in_batch)")
-    expect_close(got.item(), expected, case=name, what=what, rtol=1e-5, reveal=False)
+    kit.expect_close(got.item(), expected, case=name, what=what, rtol=1e-5, reveal=False)
 
 
 def _check_in_trainer(seq_cls_loss, name, kind, num_labels, n, micro, accumulation, seq, seed) -> None:
     lr = 0.5
-    expected = reference(
+    expected = kit.reference(
         lambda: full_batch_update(cls_model(kind, seed, num_labels), cls_data(n, seq, num_labels, seed), lr)
     )
-    got = learner(
+    got = kit.learner(
         name,
-        lambda: call(
+        lambda: kit.call(
             trainer_update,
             cls_model(kind, seed, num_labels),
             cls_data(n, seq, num_labels, seed),
@@ -633,7 +620,7 @@ def _check_in_trainer(seq_cls_loss, name, kind, num_labels, n, micro, accumulati
             case=name,
         ),
     )
-    if not judging():
+    if not kit.judging():
         return
     error = float((got - expected).norm() / expected.norm())
     if error <= UPDATE_RTOL:
@@ -656,7 +643,7 @@ def _check_in_trainer(seq_cls_loss, name, kind, num_labels, n, micro, accumulati
             "the update is {ratio:.3g} times as large as the full batch's (relative error {error:.3g})"
         )
     detail = detail.format(ratio=ratio, error=error, accumulation=accumulation, last=n % micro)
-    raise CheckFailed(
+    raise kit.CheckFailed(
         _(
             "case {case}: one Trainer step with your compute_loss_func, SGD and clipping off should make the same "
             "parameter update as one full-batch step (tolerance {rtol:g} relative); {detail}."
@@ -664,13 +651,13 @@ def _check_in_trainer(seq_cls_loss, name, kind, num_labels, n, micro, accumulati
     )
 
 
-@check("e2_seq_cls_loss", points=3)
+@kit.check("e2_seq_cls_loss", points=3)
 def check_seq_cls_loss(seq_cls_loss) -> int:
-    expect_callable(seq_cls_loss, "seq_cls_loss")
+    kit.expect_callable(seq_cls_loss, "seq_cls_loss")
     direct = _e2_direct_cases()
     for case in direct:
         _check_direct(seq_cls_loss, *case)
-    cases = _e2_trainer_cases() + drawn_cases("e2_seq_cls_loss", 2, _drawn_e2_case)
+    cases = _e2_trainer_cases() + kit.drawn_cases("e2_seq_cls_loss", 2, _drawn_e2_case)
     for case in cases:
         _check_in_trainer(seq_cls_loss, *case)
     return len(direct) + len(cases)
@@ -710,7 +697,7 @@ def public_zero_bytes() -> dict:
         for widths in ZERO_WIDTHS
         for strategy in ZERO_STRATEGIES
     }
-    return read_only(
+    return kit.read_only(
         {names[key]: value for key, value in json.loads(DATA.read_text())["zero_bytes_per_rank"].items()}
     )
 
@@ -747,18 +734,18 @@ def _expected_zero(source: tuple, widths: tuple[int, ...], strategy: str) -> lis
         return public_zero_bytes()[(widths, strategy)]
     if kind == "formula":
         return stored_formula_bytes()[source[1]]
-    return references("lesson05").measure_zero_bytes(source[1])[(widths, strategy)]
+    return kit.references("lesson05").measure_zero_bytes(source[1])[(widths, strategy)]
 
 
 @functools.cache
 def stored_formula_bytes() -> dict:
     """{case name: per-rank bytes} of the public cases ZeRO's formulas give (scripts/make_check_data.py)."""
-    return read_only(json.loads(DATA.read_text())["zero_formula_bytes"])
+    return kit.read_only(json.loads(DATA.read_text())["zero_formula_bytes"])
 
 
-@check("e3_zero_bytes_per_rank", points=3)
+@kit.check("e3_zero_bytes_per_rank", points=3)
 def check_zero_bytes_per_rank(zero_bytes_per_rank) -> int:
-    expect_callable(zero_bytes_per_rank, "zero_bytes_per_rank")
+    kit.expect_callable(zero_bytes_per_rank, "zero_bytes_per_rank")
     # plain data only, down to where each expected value comes from: nothing in this frame, which the learner's code
     # runs under, computes or holds one in the grading kernel
     cases = [
@@ -769,37 +756,37 @@ def check_zero_bytes_per_rank(zero_bytes_per_rank) -> int:
         (name, widths, world, strategy, ("formula", name))
         for name, widths, world, strategy in _zero_formula_cases()
     ]
-    drawn_widths = tuple(drawn_cases("e3_zero_bytes_per_rank", 2, _drawn_zero_widths))
+    drawn_widths = tuple(kit.drawn_cases("e3_zero_bytes_per_rank", 2, _drawn_zero_widths))
     i = 0
     for widths in drawn_widths:  # one case per strategy for each MLP drawn at grading time
         for strategy in ZERO_STRATEGIES:
             i += 1
-            name = drawn(i, f"{strategy}, 2 ranks, mlp widths {widths}")
+            name = kit.drawn(i, f"{strategy}, 2 ranks, mlp widths {widths}")
             cases.append((name, widths, 2, strategy, ("drawn", drawn_widths)))
     for name, widths, world, strategy, source in cases:
         shapes = mlp_shapes(widths)
-        expected = reference(lambda: _expected_zero(source, widths, strategy))  # noqa: B023 - called at once
-        got = call(zero_bytes_per_rank, [tuple(s) for s in shapes], world, strategy, case=name)
-        expect_type(got, (list, tuple), case=name, what=_("the result"))
+        expected = kit.reference(lambda: _expected_zero(source, widths, strategy))  # noqa: B023 - called at once
+        got = kit.call(zero_bytes_per_rank, [tuple(s) for s in shapes], world, strategy, case=name)
+        kit.expect_type(got, (list, tuple), case=name, what=_("the result"))
         if len(got) != world:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _("case {case}: expected a list with one dict per rank ({world}); got {count}.").format(
                     case=name, world=world, count=len(got)
                 )
             )
         for rank, got_rank in enumerate(got):
-            want = DEFERRED if expected is DEFERRED else expected[rank]
-            expect_keys(got_rank, ZERO_KEYS, case=name, what=_("rank {rank}'s dict").format(rank=rank))
+            want = kit.DEFERRED if expected is kit.DEFERRED else expected[rank]
+            kit.expect_keys(got_rank, ZERO_KEYS, case=name, what=_("rank {rank}'s dict").format(rank=rank))
             for key in ZERO_KEYS:
-                expect_type(
+                kit.expect_type(
                     got_rank[key],
                     numbers.Integral,
                     case=name,
                     what=_("rank {rank}'s {key}").format(rank=rank, key=repr(key)),
                 )
-                expect_close(
+                kit.expect_close(
                     got_rank[key],
-                    want if want is DEFERRED else want[key],
+                    want if want is kit.DEFERRED else want[key],
                     case=name,
                     what=_(
                         "rank {rank}'s {key} bytes (measured with track_memory after optimizer.step())"
@@ -810,7 +797,6 @@ def check_zero_bytes_per_rank(zero_bytes_per_rank) -> int:
 
 
 __all__ = [
-    "CheckFailed",
     "check_train_step_accumulated",
     "check_seq_cls_loss",
     "lm_model",

@@ -48,28 +48,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from autograders import wire
-from autograders.kit import (
-    DEFERRED,
-    CheckFailed,
-    _,
-    call,
-    check,
-    drawn,
-    drawn_cases,
-    expect_callable,
-    expect_close,
-    expect_equal,
-    expect_keys,
-    expect_type,
-    how_far,
-    judging,
-    learner,
-    needs_hardware,
-    read_only,
-    reference,
-    references,
-)
+from autograders import kit, wire
+from autograders.kit import _
 from memlab.measure import CATEGORIES, measure_training_step
 from memlab.models import build_model, mlp, tiny_llama_config
 
@@ -80,7 +60,7 @@ DATA = Path(__file__).resolve().parent / "data" / "lesson06.json"
 @functools.cache
 def stored() -> dict:
     """The expected values of the public cases (scripts/make_check_data.py, from autograders/references/)."""
-    return read_only(json.loads(DATA.read_text()))
+    return kit.read_only(json.loads(DATA.read_text()))
 
 
 def observed_call(label: str, run):
@@ -94,8 +74,8 @@ def observed_call(label: str, run):
         value, side["observed"] = run()
         return value
 
-    value = learner(label, result)
-    return value, learner(f"{label}: what the check observed", lambda: side["observed"])
+    value = kit.learner(label, result)
+    return value, kit.learner(f"{label}: what the check observed", lambda: side["observed"])
 
 
 # ---- e1: find_peak -----------------------------------------------------------------------------------------------
@@ -144,14 +124,14 @@ def _expected_peak(name: str, trace, public: bool) -> dict:
     reference."""
     if public:
         return stored()["find_peak"][name]
-    return references("lesson06").expected_peak(trace)
+    return kit.references("lesson06").expected_peak(trace)
 
 
 def _step_events(name: str, build, public: bool) -> tuple[list[dict], dict]:
     """The event log of the case's training step, and the expected answer (a reference step). The trace, which knows
     the answer, ends here: the frames the learner's function runs under hold only its event log."""
     trace = peak_trace(*build())
-    expected = reference(lambda: _expected_peak(name, trace, public))
+    expected = kit.reference(lambda: _expected_peak(name, trace, public))
     return trace.events, expected
 
 
@@ -171,53 +151,53 @@ def _e1_drawn_case(rng, i: int):
         widths = (rng.choice([64, 128, 256]), rng.choice([256, 512, 1024]), rng.choice([256, 512]), 10)
         batch, opt = rng.choice([16, 64, 256]), rng.choice(["adamw", "sgd", "adamw-foreach"])
         desc = f"MLP {'-'.join(map(str, widths))}, batch {batch}, {opt}"
-        return drawn(i, desc), lambda w=widths, b=batch, o=opt, i=i: _mlp_step(w, b, o, seed=i)
+        return kit.drawn(i, desc), lambda w=widths, b=batch, o=opt, i=i: _mlp_step(w, b, o, seed=i)
     batch, seq = rng.choice([2, 4, 8]), rng.choice([32, 64, 128])
     ckpt, opt = rng.random() < 0.5, rng.choice(["adamw", "sgd"])
     desc = f"tiny Llama, batch {batch} x {seq}, checkpointing {ckpt}, {opt}"
-    return drawn(i, desc), lambda b=batch, s=seq, c=ckpt, o=opt, i=i: _llama_step(b, s, c, o, seed=i)
+    return kit.drawn(i, desc), lambda b=batch, s=seq, c=ckpt, o=opt, i=i: _llama_step(b, s, c, o, seed=i)
 
 
-@check("e1_find_peak", points=3)
+@kit.check("e1_find_peak", points=3)
 def check_find_peak(find_peak) -> int:
-    expect_callable(find_peak, "find_peak")
+    kit.expect_callable(find_peak, "find_peak")
     cases = [(*case, True) for case in _e1_public_cases()]
-    cases += [(*case, False) for case in drawn_cases("e1_find_peak", 3, _e1_drawn_case)]
+    cases += [(*case, False) for case in kit.drawn_cases("e1_find_peak", 3, _e1_drawn_case)]
     for name, build, public in cases:
         # the input, the step's event log, is built in every mode (a deterministic step: the judge's is the same)
         events, expected = _step_events(name, build, public)
-        got = call(find_peak, events, case=name)
-        expect_keys(got, ("phase", "op", "bytes", "by_category"), case=name, what=_("the result"))
-        expect_type(got["bytes"], numbers.Integral, case=name, what='"bytes"')
-        if judging() and got["bytes"] != expected["bytes"]:
-            raise CheckFailed(
+        got = kit.call(find_peak, events, case=name)
+        kit.expect_keys(got, ("phase", "op", "bytes", "by_category"), case=name, what=_("the result"))
+        kit.expect_type(got["bytes"], numbers.Integral, case=name, what='"bytes"')
+        if kit.judging() and got["bytes"] != expected["bytes"]:
+            raise kit.CheckFailed(
                 _(
                     'case {case}: "bytes" (live bytes at the peak) is {how_far}: you got {got:,} (exactly).'
-                ).format(case=name, how_far=how_far(got["bytes"], expected["bytes"]), got=got["bytes"])
+                ).format(case=name, how_far=kit.how_far(got["bytes"], expected["bytes"]), got=got["bytes"])
             )
-        if judging() and got["op"] != expected["op"]:
-            raise CheckFailed(
+        if kit.judging() and got["op"] != expected["op"]:
+            raise kit.CheckFailed(
                 _(
                     'case {case}: "op" should be the operator during which live bytes first reached the peak; got '
                     "{got}."
                 ).format(case=name, got=repr(got["op"]))
             )
-        if judging() and got["phase"] != expected["phase"]:
-            raise CheckFailed(
+        if kit.judging() and got["phase"] != expected["phase"]:
+            raise kit.CheckFailed(
                 _(
                     'case {case}: "phase" should be the name of the first mark after the peak; got {got}.'
                 ).format(case=name, got=repr(got["phase"]))
             )
-        expect_keys(got["by_category"], CATEGORIES, case=name, what='"by_category"')
+        kit.expect_keys(got["by_category"], CATEGORIES, case=name, what='"by_category"')
         for category in CATEGORIES:
-            if judging() and got["by_category"][category] != expected["by_category"][category]:
-                raise CheckFailed(
+            if kit.judging() and got["by_category"][category] != expected["by_category"][category]:
+                raise kit.CheckFailed(
                     _(
                         'case {case}: "by_category"[{category}] is {how_far}: you got {got:,} (exactly).'
                     ).format(
                         case=name,
                         category=repr(category),
-                        how_far=how_far(got["by_category"][category], expected["by_category"][category]),
+                        how_far=kit.how_far(got["by_category"][category], expected["by_category"][category]),
                         got=got["by_category"][category],
                     )
                 )
@@ -312,7 +292,7 @@ def _e2_drawn_case(rng, i: int) -> TimedCase:
     asynchronous = rng.random() < 0.6
     kind = "asynchronous device" if asynchronous else "host"
     return TimedCase(
-        drawn(i - 1, f"{kind}, warm-up {warmup}, repeats {repeats}"), costs, warmup, repeats, asynchronous
+        kit.drawn(i - 1, f"{kind}, warm-up {warmup}, repeats {repeats}"), costs, warmup, repeats, asynchronous
     )
 
 
@@ -336,7 +316,9 @@ def _run_timed_case(time_step, case: TimedCase):
 
         sync = device.synchronize if case.asynchronous else (lambda: None)
         try:
-            result = call(time_step, fn, warmup=case.warmup, repeats=case.repeats, sync=sync, case=case.name)
+            result = kit.call(
+                time_step, fn, warmup=case.warmup, repeats=case.repeats, sync=sync, case=case.name
+            )
             device.synchronize()  # nothing of this case may still run during the next one
         finally:
             device.close()
@@ -346,18 +328,18 @@ def _run_timed_case(time_step, case: TimedCase):
 
 
 def _expect_mean_std(result, expected, *, case: str) -> None:
-    expect_type(result, tuple, case=case, what=_("the result"))
+    kit.expect_type(result, tuple, case=case, what=_("the result"))
     if len(result) != 2:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: the result should be a pair (mean seconds, std seconds); got {count} items."
             ).format(case=case, count=len(result))
         )
     mean, std = result
     for value, what in ((mean, _("the mean")), (std, _("the standard deviation"))):
-        expect_type(value, numbers.Real, case=case, what=what)
-    expected = (DEFERRED, DEFERRED) if expected is DEFERRED else expected
-    expect_close(
+        kit.expect_type(value, numbers.Real, case=case, what=what)
+    expected = (kit.DEFERRED, kit.DEFERRED) if expected is kit.DEFERRED else expected
+    kit.expect_close(
         mean,
         expected[0],
         case=case,
@@ -366,7 +348,7 @@ def _expect_mean_std(result, expected, *, case: str) -> None:
         atol=E2_ATOL,
         reveal=False,
     )
-    expect_close(
+    kit.expect_close(
         std,
         expected[1],
         case=case,
@@ -377,23 +359,23 @@ def _expect_mean_std(result, expected, *, case: str) -> None:
     )
 
 
-@check("e2_time_step", points=2, rerun=True)
+@kit.check("e2_time_step", points=2, rerun=True)
 def check_time_step(time_step) -> int:
-    expect_callable(time_step, "time_step")
-    cases = _e2_public_cases() + drawn_cases("e2_time_step", 3, _e2_drawn_case)
+    kit.expect_callable(time_step, "time_step")
+    cases = _e2_public_cases() + kit.drawn_cases("e2_time_step", 3, _e2_drawn_case)
     for case in cases:
         result, seen = _run_timed_case(time_step, case)
-        expect_equal(
+        kit.expect_equal(
             seen["calls"],
-            reference(lambda: case.warmup + case.repeats),  # noqa: B023 - called at once
+            kit.reference(lambda: case.warmup + case.repeats),  # noqa: B023 - called at once
             case=case.name,
             what=_("the number of calls of fn (warmup={warmup} + repeats={repeats})").format(
                 warmup=case.warmup, repeats=case.repeats
             ),
         )
-        _expect_mean_std(result, reference(lambda: case.expected(seen["durations"])), case=case.name)  # noqa: B023
+        _expect_mean_std(result, kit.reference(lambda: case.expected(seen["durations"])), case=case.name)  # noqa: B023
     # the queue device has checked the synchronisation; a GPU adds a real one (where the learner's code runs)
-    if not learner("a CUDA GPU for the timing of real work", torch.cuda.is_available):
+    if not kit.learner("a CUDA GPU for the timing of real work", torch.cuda.is_available):
         return len(cases)
     run_cuda_timing_case(time_step)
     return len(cases) + 1
@@ -423,12 +405,12 @@ def run_cuda_timing_case(time_step) -> None:
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) / 1000)
-        return call(time_step, fn, warmup=2, repeats=5, case=case), times
+        return kit.call(time_step, fn, warmup=2, repeats=5, case=case), times
 
     result, times = observed_call(case, run)
-    expect_type(result, tuple, case=case, what=_("the result"))
+    kit.expect_type(result, tuple, case=case, what=_("the result"))
     mean = result[0]
-    expect_close(
+    kit.expect_close(
         mean, statistics.mean(times), case=case, what=_("the mean time per call (s)"), rtol=0.3, reveal=False
     )
 
@@ -468,7 +450,7 @@ def _e3_drawn_case(rng, i: int):
     """A threshold drawn at grading time (numbered from 0, as the cases always were)."""
     top = rng.randint(8, 500)
     fits = rng.randint(0, top)
-    return drawn(i - 1, f"fits up to {fits} of {top}"), fits, top
+    return kit.drawn(i - 1, f"fits up to {fits} of {top}"), fits, top
 
 
 def _search_fake_steps(largest_micro_batch, fits: int, top: int, name: str):
@@ -477,7 +459,7 @@ def _search_fake_steps(largest_micro_batch, fits: int, top: int, name: str):
 
     def run():
         step = FakeSteps(fits)
-        got = call(largest_micro_batch, step, top, case=name)
+        got = kit.call(largest_micro_batch, step, top, case=name)
         return got, len(step.calls)
 
     return observed_call(name, run)
@@ -499,38 +481,40 @@ def _other_error_outcome(largest_micro_batch) -> dict:
     return {"value_error": False, "raised": None}
 
 
-@check("e3_largest_micro_batch", points=2, rerun=True)
+@kit.check("e3_largest_micro_batch", points=2, rerun=True)
 def check_largest_micro_batch(largest_micro_batch) -> int:
-    expect_callable(largest_micro_batch, "largest_micro_batch")
-    cases = _e3_public_cases() + drawn_cases("e3_largest_micro_batch", 3, _e3_drawn_case)
+    kit.expect_callable(largest_micro_batch, "largest_micro_batch")
+    cases = _e3_public_cases() + kit.drawn_cases("e3_largest_micro_batch", 3, _e3_drawn_case)
     for name, fits, top in cases:
         got, n_steps = _search_fake_steps(largest_micro_batch, fits, top, name)
-        expect_type(got, numbers.Integral, case=name, what=_("the result"))
-        expected = reference(lambda: fits)  # noqa: B023 - called at once
-        expect_close(got, expected, case=name, what=_("the largest micro-batch that fits"), reveal=False)
+        kit.expect_type(got, numbers.Integral, case=name, what=_("the result"))
+        expected = kit.reference(lambda: fits)  # noqa: B023 - called at once
+        kit.expect_close(got, expected, case=name, what=_("the largest micro-batch that fits"), reveal=False)
         if n_steps > max_calls(top):
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: {steps} steps were run; every step is a real training step, so search (at "
                     "most {limit} steps for max_batch={max_batch}), do not scan."
                 ).format(case=name, steps=n_steps, limit=max_calls(top), max_batch=top)
             )
     name = "a step that fails with another error"
-    outcome = learner(name, lambda: _other_error_outcome(largest_micro_batch))
+    outcome = kit.learner(name, lambda: _other_error_outcome(largest_micro_batch))
     if outcome["raised"] is None:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: only torch.OutOfMemoryError means 'too big'; the ValueError was swallowed."
             ).format(case=name)
         )
     if not outcome["value_error"]:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _("case {case}: the ValueError should propagate unchanged; got {raised}.").format(
                 case=name, raised=outcome["raised"]
             )
         )
     n = len(cases) + 1
-    needs_hardware(cuda=True, passed=_("{count} cases with simulated out-of-memory errors").format(count=n))
+    kit.needs_hardware(
+        cuda=True, passed=_("{count} cases with simulated out-of-memory errors").format(count=n)
+    )
     run_cuda_oom_case(largest_micro_batch)
     return n + 1
 
@@ -574,7 +558,7 @@ def run_cuda_oom_case(largest_micro_batch, max_batch: int = 64, headroom: int = 
         fraction = min(1.0, (torch.cuda.memory_reserved() + headroom) / total)
         torch.cuda.set_per_process_memory_fraction(fraction)
         try:
-            got = call(largest_micro_batch, steps, max_batch, case=case)
+            got = kit.call(largest_micro_batch, steps, max_batch, case=case)
             gc.collect()
             seen = {"held": torch.cuda.memory_allocated() - baseline, "cap_bytes": int(fraction * total)}
             seen["fits"] = seen["fits_more"] = None  # whether `got` and `got + 1` run under the cap
@@ -591,13 +575,13 @@ def run_cuda_oom_case(largest_micro_batch, max_batch: int = 64, headroom: int = 
     got, seen = observed_call(case, run)
     held = seen["held"]
     if held > 0:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: {held_mib:.1f} MiB allocated by the steps are still held after your function "
                 "returned: an exception (or its traceback) kept alive holds the frames of the failed step."
             ).format(case=case, held_mib=held / MiB)
         )
-    expect_type(got, numbers.Integral, case=case, what=_("the result"))
+    kit.expect_type(got, numbers.Integral, case=case, what=_("the result"))
     fits, fits_more = seen["fits"], seen["fits_more"]
     if not fits or fits_more:
         if fits:
@@ -615,7 +599,7 @@ def run_cuda_oom_case(largest_micro_batch, max_batch: int = 64, headroom: int = 
                 "case {case}: {got} should be the largest micro-batch whose step runs under this cap: "
                 "{got} does not run, {more} does not."
             )
-        raise CheckFailed(text.format(case=case, got=got, more=got + 1))
+        raise kit.CheckFailed(text.format(case=case, got=got, more=got + 1))
     return {"largest": got, "cap_bytes": seen["cap_bytes"]}
 
 
@@ -774,35 +758,35 @@ def _run_args(args, output_dir: str, steps: int):
 def _expect_setup(seen: Observed, setup: str) -> None:
     case = setup
     if seen.fp16:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _("case {case}: fp16 is on; the set-ups use bf16 (no GradScaler needed) or fp32.").format(
                 case=case
             )
         )
     want_bf16 = setup != "fp32"
     if want_bf16 and seen.linear_dtype != torch.bfloat16:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: a Linear layer should compute in bfloat16 under the Trainer's autocast; it computed in "
                 "{dtype}."
             ).format(case=case, dtype=seen.linear_dtype)
         )
     if not want_bf16 and seen.linear_dtype != torch.float32:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _("case {case}: the fp32 set-up should compute in float32; a Linear layer gave {dtype}.").format(
                 case=case, dtype=seen.linear_dtype
             )
         )
     want_recompute = setup == "bf16+ckpt+8bit"
     if want_recompute and seen.layer_forwards_per_step < 2:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: with activation checkpointing each decoder layer runs its forward twice per step (once "
                 "more in backward); it ran {count:g} time(s)."
             ).format(case=case, count=seen.layer_forwards_per_step)
         )
     if not want_recompute and seen.layer_forwards_per_step != 1:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: without checkpointing each decoder layer runs its forward once per step; it ran "
                 "{count:g} times."
@@ -811,14 +795,14 @@ def _expect_setup(seen: Observed, setup: str) -> None:
     is_bnb = seen.optimizer.startswith("bitsandbytes.")
     if setup == "bf16+ckpt+8bit":
         if not is_bnb or "torch.uint8" not in seen.weight_state_dtypes:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: the optimizer should be bitsandbytes' 8-bit AdamW (its state in uint8); got "
                     "{optimizer} with state {dtypes}."
                 ).format(case=case, optimizer=seen.optimizer, dtypes=list(seen.weight_state_dtypes))
             )
     elif is_bnb or not seen.optimizer.startswith("torch.optim."):
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _("case {case}: this set-up should use torch's AdamW (32-bit state); got {optimizer}.").format(
                 case=case, optimizer=seen.optimizer
             )
@@ -831,7 +815,7 @@ def args_data(args, setup: str) -> dict:
     `not_plain`; `rebuilt_args` builds TrainingArguments again from it, without those."""
     from transformers import TrainingArguments
 
-    expect_type(args, TrainingArguments, case=setup, what=_("the result"))
+    kit.expect_type(args, TrainingArguments, case=setup, what=_("the result"))
     fields, not_plain = {}, []
     for key, value in args.to_dict().items():
         try:
@@ -863,49 +847,49 @@ def rebuilt_args(data: dict):
 def _unknown_setup_outcome(trade_off_args, folder: str):
     """The message of the failure the learner's function met on an unknown set-up (None if it returned)."""
     try:
-        call(trade_off_args, "fp16", folder, 2, case="an unknown set-up")
-    except CheckFailed as failure:
+        kit.call(trade_off_args, "fp16", folder, 2, case="an unknown set-up")
+    except kit.CheckFailed as failure:
         return str(failure)
     return None
 
 
-@check("e4_trade_off_args", points=2)
+@kit.check("e4_trade_off_args", points=2)
 def check_trade_off_args(trade_off_args) -> int:
-    expect_callable(trade_off_args, "trade_off_args")
+    kit.expect_callable(trade_off_args, "trade_off_args")
     with tempfile.TemporaryDirectory() as folder:
         made = {}
         for setup in SETUPS:
-            made[setup] = learner(
+            made[setup] = kit.learner(
                 setup,
-                lambda setup=setup: args_data(call(trade_off_args, setup, folder, 2, case=setup), setup),
+                lambda setup=setup: args_data(kit.call(trade_off_args, setup, folder, 2, case=setup), setup),
             )
         base = made["fp32"]["fields"]
         for setup in SETUPS[1:]:
             other = made[setup]["fields"]
             differ = sorted(k for k in base if k not in SETUP_FIELDS | RUN_FIELDS and base[k] != other.get(k))
             if differ:
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         "case {case}: only the set-up may change between the three runs (precision, checkpointing, "
                         "optimizer); these arguments differ from fp32's too: {differ}."
                     ).format(case=setup, differ=differ)
                 )
-        failure = learner("an unknown set-up", lambda: _unknown_setup_outcome(trade_off_args, folder))
+        failure = kit.learner("an unknown set-up", lambda: _unknown_setup_outcome(trade_off_args, folder))
         if failure is None:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _('case {case} ("fp16"): should raise ValueError; it returned.').format(
                     case="an unknown set-up"
                 )
             )
         if "ValueError" not in failure:
-            raise CheckFailed(failure)  # what your function raised instead, as `call` said it
-        needs_hardware(packages=("bitsandbytes",), passed=_("the three TrainingArguments were made"))
+            raise kit.CheckFailed(failure)  # what your function raised instead, as `call` said it
+        kit.needs_hardware(packages=("bitsandbytes",), passed=_("the three TrainingArguments were made"))
         for setup in SETUPS:
             # the check's own Trainer run with the learner's arguments, remade from the data
-            seen = reference(
+            seen = kit.reference(
                 lambda setup=setup: observe_setup(_run_args(rebuilt_args(made[setup]), folder, 2), steps=2)
             )
-            if judging():
+            if kit.judging():
                 _expect_setup(seen, setup)
     return len(SETUPS) + 1
 
@@ -1026,7 +1010,7 @@ def _measure_through(measure_trainer, case: str):
             trainer.callback_handler.callbacks.insert(0, timer)  # the check's clock, around each step
             before = _allocated_now()  # what this process holds as the learner's function starts
             try:
-                result = call(measure_trainer, trainer, warmup=E5_WARMUP, case=case)
+                result = kit.call(measure_trainer, trainer, warmup=E5_WARMUP, case=case)
             finally:
                 del trainer
                 _fresh_gpu()
@@ -1035,25 +1019,25 @@ def _measure_through(measure_trainer, case: str):
     return observed_call(case, run)
 
 
-@check("e5_measure_trainer", points=1, rerun=True)
+@kit.check("e5_measure_trainer", points=1, rerun=True)
 def check_measure_trainer(measure_trainer) -> int:
-    expect_callable(measure_trainer, "measure_trainer")
-    needs_hardware(cuda=True, passed="")
+    kit.expect_callable(measure_trainer, "measure_trainer")
+    kit.needs_hardware(cuda=True, passed="")
     case = f"a bf16 Llama classifier (hidden 1024, vocabulary 32,000) for {E5_STEPS} steps on the GPU"
-    rise = reference(_reference_train_rise)
+    rise = kit.reference(_reference_train_rise)
     result, seen = _measure_through(measure_trainer, case)
     times = seen["step_seconds"]
-    expect_keys(result, ("peak_bytes", "step_seconds"), case=case, what=_("the result"))
-    expect_type(result["peak_bytes"], numbers.Integral, case=case, what='"peak_bytes"')
-    expect_close(
+    kit.expect_keys(result, ("peak_bytes", "step_seconds"), case=case, what=_("the result"))
+    kit.expect_type(result["peak_bytes"], numbers.Integral, case=case, what='"peak_bytes"')
+    kit.expect_close(
         result["peak_bytes"],
         # the same run's peak in the learner's process: what it held as the function started, plus the rise
-        rise if rise is DEFERRED else seen["allocated_before"] + rise,
+        rise if rise is kit.DEFERRED else seen["allocated_before"] + rise,
         case=case,
         what=_('"peak_bytes" (the peak of train() only)'),
         rtol=0.02,
     )
-    expect_close(
+    kit.expect_close(
         result["step_seconds"],
         statistics.mean(times[E5_WARMUP:]),
         case=case,

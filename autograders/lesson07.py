@@ -37,25 +37,8 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from autograders.kit import (
-    DEFERRED,
-    CheckFailed,
-    _,
-    call,
-    check,
-    drawn,
-    drawn_cases,
-    expect_callable,
-    expect_close,
-    expect_type,
-    how_far,
-    judging,
-    learner,
-    needs_hardware,
-    read_only,
-    reference,
-    references,
-)
+from autograders import kit
+from autograders.kit import _
 from memlab.formats import get_format
 
 DATA = Path(__file__).resolve().parent / "data" / "lesson07.json"
@@ -64,7 +47,7 @@ FP8 = {"e4m3": ("fp8_e4m3", torch.float8_e4m3fn, 448.0), "e5m2": ("fp8_e5m2", to
 
 @functools.cache
 def stored() -> dict:
-    return read_only(json.loads(DATA.read_text()))
+    return kit.read_only(json.loads(DATA.read_text()))
 
 
 def spacing(target: torch.Tensor, fmt: str) -> torch.Tensor:
@@ -87,7 +70,7 @@ def expect_nearest(q: torch.Tensor, target: torch.Tensor, fmt: str, *, case: str
     bad = finite & ~(error <= bound)
     if bad.any():
         i = int(bad.flatten().nonzero()[0])
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: {what}: element {index} is not the FP8 value nearest to x * scale (clamped to "
                 "±{fp8_max:g}): you got {got:.6g}, {error:.3g} away, more than half the format's spacing there "
@@ -131,7 +114,7 @@ def _drawn_e1_case(rng, i: int) -> tuple[str, torch.Tensor]:
     shape = (rng.randint(1, 40), rng.randint(1, 40))
     gen = torch.Generator().manual_seed(rng.randrange(2**31))
     return (
-        drawn(i - 1, f"{shape[0]} x {shape[1]}, scale {magnitude:.2g}"),
+        kit.drawn(i - 1, f"{shape[0]} x {shape[1]}, scale {magnitude:.2g}"),
         torch.randn(*shape, generator=gen) * magnitude,
     )
 
@@ -140,31 +123,31 @@ def _expected_scale(fmt: str, name: str, x: torch.Tensor, public: bool) -> float
     """A reference step: the task's scale of a public tensor, stored; a drawn one's, the grading reference's."""
     if public:
         return float.fromhex(stored()["quantize_fp8_scale"][fmt][name])
-    return references("lesson07").expected_scale(x, FP8[fmt][2])
+    return kit.references("lesson07").expected_scale(x, FP8[fmt][2])
 
 
-@check("e1_quantize_fp8", points=3)
+@kit.check("e1_quantize_fp8", points=3)
 def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
-    expect_callable(quantize_fp8, "quantize_fp8")
-    expect_callable(dequantize_fp8, "dequantize_fp8")
+    kit.expect_callable(quantize_fp8, "quantize_fp8")
+    kit.expect_callable(dequantize_fp8, "dequantize_fp8")
     n = 0
     for fmt, (_layout, dtype, fp8_max) in FP8.items():
         cases = [(*case, True) for case in _e1_cases()]
-        cases += [(*case, False) for case in drawn_cases(f"e1_quantize_fp8/{fmt}", 3, _drawn_e1_case)]
+        cases += [(*case, False) for case in kit.drawn_cases(f"e1_quantize_fp8/{fmt}", 3, _drawn_e1_case)]
         for name, x, public in cases:
             case = f"{fmt}, {name}"
-            result = call(quantize_fp8, x.clone(), fmt, case=case)
-            expect_type(result, tuple, case=case, what=_("the result"))
+            result = kit.call(quantize_fp8, x.clone(), fmt, case=case)
+            kit.expect_type(result, tuple, case=case, what=_("the result"))
             if len(result) != 2:
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _("case {case}: the result should be a pair (x_fp8, scale); got {count} items.").format(
                         case=case, count=len(result)
                     )
                 )
             q, scale = result
-            expect_type(q, torch.Tensor, case=case, what="x_fp8")
+            kit.expect_type(q, torch.Tensor, case=case, what="x_fp8")
             if q.dtype != dtype or q.shape != x.shape:
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         "case {case}: x_fp8 should be a {dtype} tensor of shape {shape}; got {got_dtype} {got_shape}."
                     ).format(
@@ -175,37 +158,37 @@ def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
                         got_shape=tuple(q.shape),
                     )
                 )
-            expect_type(scale, torch.Tensor, case=case, what="scale")
+            kit.expect_type(scale, torch.Tensor, case=case, what="scale")
             if scale.dtype != torch.float32 or scale.numel() != 1:
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         "case {case}: scale should be a float32 tensor with one value; got {dtype} {shape}."
                     ).format(case=case, dtype=scale.dtype, shape=tuple(scale.shape))
                 )
-            expected = reference(lambda: _expected_scale(fmt, name, x, public))  # noqa: B023 - called at once
-            expect_close(float(scale), expected, case=case, what="scale", rtol=1e-6, reveal=False)
+            expected = kit.reference(lambda: _expected_scale(fmt, name, x, public))  # noqa: B023 - called at once
+            kit.expect_close(float(scale), expected, case=case, what="scale", rtol=1e-6, reveal=False)
             xf = x.float()
             target = xf * scale.float()
             expect_nearest(q.float(), target, fmt, case=case, what="x_fp8")
             qf = q.float()
             for where, want in ((xf == float("inf"), fp8_max), (xf == float("-inf"), -fp8_max)):
                 if where.any() and not (qf[where] == want).all():
-                    raise CheckFailed(
+                    raise kit.CheckFailed(
                         _("case {case}: an infinite x should saturate to {expected:g}; got {got}.").format(
                             case=case, expected=want, got=qf[where].tolist()
                         )
                     )
             if torch.isnan(xf).any() and not torch.isnan(qf[torch.isnan(xf)]).all():
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _("case {case}: a NaN should stay NaN; got {got}.").format(
                         case=case, got=qf[torch.isnan(xf)].tolist()
                     )
                 )
             # the decoded x_fp8 and scale, as copies: what the learner's code does to them changes no later step
-            back = call(dequantize_fp8, q.clone(), scale.clone(), case=f"{case} (dequantize)")
-            expect_type(back, torch.Tensor, case=case, what=_("dequantize_fp8's result"))
+            back = kit.call(dequantize_fp8, q.clone(), scale.clone(), case=f"{case} (dequantize)")
+            kit.expect_type(back, torch.Tensor, case=case, what=_("dequantize_fp8's result"))
             if back.dtype != torch.float32 or back.shape != x.shape:
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         "case {case}: dequantize_fp8 should return float32 of shape {shape}; got {dtype} {got_shape}."
                     ).format(case=case, shape=tuple(x.shape), dtype=back.dtype, got_shape=tuple(back.shape))
@@ -214,14 +197,14 @@ def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
             ok = torch.isclose(back, want, rtol=1e-6, atol=0.0, equal_nan=True)
             if not ok.all():
                 i = int((~ok).flatten().nonzero()[0])
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         "case {case}: dequantize_fp8(x_fp8, scale) should be x_fp8 / scale in float32: element {index} "
                         "is {how_far}."
                     ).format(
                         case=case,
                         index=i,
-                        how_far=how_far(back.flatten()[i].item(), want.flatten()[i].item()),
+                        how_far=kit.how_far(back.flatten()[i].item(), want.flatten()[i].item()),
                     )
                 )
             n += 1
@@ -257,28 +240,28 @@ def _drawn_e2_case(rng, i: int) -> tuple:
     length, algo, margin = rng.randint(1, 6), rng.choice(["max", "most_recent"]), rng.randint(0, 3)
     amaxes = [10.0 ** rng.uniform(-6, 4) if rng.random() > 0.1 else 0.0 for _ in range(rng.randint(4, 12))]
     desc = f"{fmt}, history {length}, {algo}, margin {margin}, {len(amaxes)} steps"
-    return drawn(i - 1, desc), fmt, length, algo, margin, amaxes, False
+    return kit.drawn(i - 1, desc), fmt, length, algo, margin, amaxes, False
 
 
 def _expected_scales(name, fmt, length, algo, margin, amaxes, public: bool) -> list[float]:
     """A reference step: the scale before any update and after each one (stored for the public sequences)."""
     if public:
         return [float.fromhex(h) for h in stored()["delayed_scaler"][name]]
-    return scales_of(references("lesson07").DelayedScaler, fmt, length, algo, margin, amaxes)
+    return scales_of(kit.references("lesson07").DelayedScaler, fmt, length, algo, margin, amaxes)
 
 
-@check("e2_delayed_scaler", points=3)
+@kit.check("e2_delayed_scaler", points=3)
 def check_delayed_scaler(DelayedScaler) -> int:  # noqa: N803 - the learner's class
-    expect_callable(DelayedScaler, "DelayedScaler")
+    kit.expect_callable(DelayedScaler, "DelayedScaler")
     cases = [(*row, True) for row in E2_PUBLIC]
-    cases += drawn_cases("e2_delayed_scaler", 3, _drawn_e2_case)
+    cases += kit.drawn_cases("e2_delayed_scaler", 3, _drawn_e2_case)
     for name, fmt, length, algo, margin, amaxes, public in cases:
-        expected = reference(lambda: _expected_scales(name, fmt, length, algo, margin, amaxes, public))  # noqa: B023
+        expected = kit.reference(lambda: _expected_scales(name, fmt, length, algo, margin, amaxes, public))  # noqa: B023
         case = f"{name} ({fmt}, amax_history_len={length}, {algo!r}, margin={margin})"
         side = {}  # the learner's scaler, filled by learner steps only (the judge never has it)
         settings = dict(amax_history_len=length, amax_compute_algo=algo, margin=margin)
-        got = learner(case, lambda: _build(side, DelayedScaler, fmt, settings, case))  # noqa: B023 - called at once
-        expect_close(
+        got = kit.learner(case, lambda: _build(side, DelayedScaler, fmt, settings, case))  # noqa: B023 - called at once
+        kit.expect_close(
             got,
             _nth(expected, 0),
             case=case,
@@ -288,8 +271,8 @@ def check_delayed_scaler(DelayedScaler) -> int:  # noqa: N803 - the learner's cl
         )
         for step, amax in enumerate(amaxes, start=1):
             label = f"{case}, update({amax:g})"
-            got = learner(label, lambda: _update(side, label, amax, case, step))  # noqa: B023 - called at once
-            expect_close(
+            got = kit.learner(label, lambda: _update(side, label, amax, case, step))  # noqa: B023 - called at once
+            kit.expect_close(
                 got,
                 _nth(expected, step),
                 case=case,
@@ -301,18 +284,18 @@ def check_delayed_scaler(DelayedScaler) -> int:  # noqa: N803 - the learner's cl
 
 
 def _nth(expected, i: int):
-    return expected if expected is DEFERRED else expected[i]
+    return expected if expected is kit.DEFERRED else expected[i]
 
 
 def _build(side: dict, scaler_class, fmt: str, settings: dict, case: str) -> float:
     """A learner step: the learner's scaler, kept in `side` for the next steps, and its scale before any update."""
-    side["scaler"] = call(scaler_class, fmt, **settings, case=case)
+    side["scaler"] = kit.call(scaler_class, fmt, **settings, case=case)
     return _scale(side["scaler"], case, _("`scale` before any update"))
 
 
 def _update(side: dict, label: str, amax: float, case: str, step: int) -> float:
     """A learner step: one `update(amax)` of the learner's scaler (what it returns is not used), then its scale."""
-    call(side["scaler"].update, amax, case=label)
+    kit.call(side["scaler"].update, amax, case=label)
     return _scale(side["scaler"], case, _("`scale` after update {step}").format(step=step))
 
 
@@ -321,7 +304,7 @@ def _scale(scaler, case: str, what: str) -> float:
     value = getattr(scaler, "scale", None)
     if isinstance(value, torch.Tensor):
         value = float(value)
-    expect_type(value, numbers.Real, case=case, what=what)
+    kit.expect_type(value, numbers.Real, case=case, what=what)
     return float(value)
 
 
@@ -362,34 +345,34 @@ def _drawn_e3_case(rng, i: int) -> tuple[str, torch.Tensor]:
     rows, blocks = rng.randint(1, 6), rng.randint(1, 5)
     gen = torch.Generator().manual_seed(rng.randrange(2**31))
     x = torch.randn(rows, blocks * BLOCK, generator=gen) * 10.0 ** rng.uniform(-5, 5)
-    return drawn(i - 1, f"{rows} x {blocks * BLOCK}"), x
+    return kit.drawn(i - 1, f"{rows} x {blocks * BLOCK}"), x
 
 
-@check("e3_quantize_mxfp8", points=2)
+@kit.check("e3_quantize_mxfp8", points=2)
 def check_quantize_mxfp8(quantize_mxfp8) -> int:
-    expect_callable(quantize_mxfp8, "quantize_mxfp8")
-    cases = _e3_cases() + drawn_cases("e3_quantize_mxfp8", 3, _drawn_e3_case)
+    kit.expect_callable(quantize_mxfp8, "quantize_mxfp8")
+    cases = _e3_cases() + kit.drawn_cases("e3_quantize_mxfp8", 3, _drawn_e3_case)
     for case, x in cases:
-        result = call(quantize_mxfp8, x.clone(), case=case)
-        expect_type(result, tuple, case=case, what=_("the result"))
+        result = kit.call(quantize_mxfp8, x.clone(), case=case)
+        kit.expect_type(result, tuple, case=case, what=_("the result"))
         if len(result) != 2:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _("case {case}: the result should be a pair (x_fp8, exponents); got {count} items.").format(
                     case=case, count=len(result)
                 )
             )
         q, e = result
-        expect_type(q, torch.Tensor, case=case, what="x_fp8")
-        expect_type(e, torch.Tensor, case=case, what="exponents")
+        kit.expect_type(q, torch.Tensor, case=case, what="x_fp8")
+        kit.expect_type(e, torch.Tensor, case=case, what="exponents")
         blocks_shape = (*x.shape[:-1], x.shape[-1] // BLOCK)
         if q.dtype != torch.float8_e4m3fn or q.shape != x.shape:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: x_fp8 should be float8_e4m3fn of shape {shape}; got {dtype} {got_shape}."
                 ).format(case=case, shape=tuple(x.shape), dtype=q.dtype, got_shape=tuple(q.shape))
             )
         if e.is_floating_point() or tuple(e.shape) != blocks_shape:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: exponents should be an integer tensor of shape {shape} (one per 32 values); got "
                     "{dtype} {got_shape}."
@@ -424,7 +407,7 @@ def check_quantize_mxfp8(quantize_mxfp8) -> int:
                         "That is OCP MX v1.0's rule, floor(log2(amax)) - 8, which lets up to 512 * 2^e through and "
                         "saturates it; this exercise uses NVIDIA's, e = ceil(log2(amax / 448))."
                     )
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _("case {case}: block {block}: {rule}; got e = {exponent}.{hint}").format(
                         case=case, block=i, rule=rule, exponent=int(e64.flatten()[i]), hint=hint
                     )
@@ -477,7 +460,7 @@ def _seen_call(fp8_matmul, a: torch.Tensor, b: torch.Tensor, case: str, side: di
     """A learner step: fp8_matmul on copies of a and b, under a dispatch mode that notes the ops it ran."""
     seen = _SeenOps()
     with seen:
-        out = call(fp8_matmul, a.clone(), b.clone(), case=case)
+        out = kit.call(fp8_matmul, a.clone(), b.clone(), case=case)
     side["ops"] = seen.ops
     return out
 
@@ -486,11 +469,11 @@ def run_fp8_matmul_cases(fp8_matmul, device: str) -> int:
     cases = _e4_cases(device)
     for case, a, b in cases:
         side = {}  # the ops the learner's call dispatched, filled by the learner step only
-        out = learner(case, lambda: _seen_call(fp8_matmul, a, b, case, side))  # noqa: B023 - called at once
-        scaled_mm = learner(f"{case}: torch._scaled_mm dispatched", lambda: "_scaled_mm" in side["ops"])  # noqa: B023
-        expect_type(out, torch.Tensor, case=case, what=_("the result"))
+        out = kit.learner(case, lambda: _seen_call(fp8_matmul, a, b, case, side))  # noqa: B023 - called at once
+        scaled_mm = kit.learner(f"{case}: torch._scaled_mm dispatched", lambda: "_scaled_mm" in side["ops"])  # noqa: B023
+        kit.expect_type(out, torch.Tensor, case=case, what=_("the result"))
         if out.dtype != torch.bfloat16 or tuple(out.shape) != (a.shape[0], b.shape[1]):
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: the result should be bfloat16 of shape {shape}; got {dtype} {got_shape}."
                 ).format(
@@ -498,16 +481,16 @@ def run_fp8_matmul_cases(fp8_matmul, device: str) -> int:
                 )
             )
         if not scaled_mm:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: the product should run as one FP8 GEMM, torch._scaled_mm; it was not called."
                 ).format(case=case)
             )
-        exact = reference(lambda: a.double() @ b.double())  # noqa: B023 - called at once
-        if judging():
+        exact = kit.reference(lambda: a.double() @ b.double())  # noqa: B023 - called at once
+        if kit.judging():
             error = (out.double() - exact).norm() / exact.norm()
             # two E4M3 operands (3 mantissa bits: relative rounding <= 2^-4 each), k random terms: about 4% in norm
-            expect_close(
+            kit.expect_close(
                 float(error),
                 0.0,
                 case=case,
@@ -517,13 +500,13 @@ def run_fp8_matmul_cases(fp8_matmul, device: str) -> int:
     return len(cases)
 
 
-@check("e4_fp8_matmul", points=2)
+@kit.check("e4_fp8_matmul", points=2)
 def check_fp8_matmul(fp8_matmul) -> int:
-    expect_callable(fp8_matmul, "fp8_matmul")
+    kit.expect_callable(fp8_matmul, "fp8_matmul")
     n = 0
     if cpu_scaled_mm_works():
         n += run_fp8_matmul_cases(fp8_matmul, "cpu")
-    needs_hardware(
+    kit.needs_hardware(
         cuda=True,
         min_capability=(8, 9),
         passed=_("{count} CPU cases of torch._scaled_mm").format(count=n)

@@ -49,28 +49,8 @@ from typing import NamedTuple
 
 import torch
 
-from autograders.kit import (
-    DEFERRED,
-    CheckFailed,
-    _,
-    call,
-    check,
-    drawn,
-    drawn_cases,
-    expect_callable,
-    expect_close,
-    expect_keys,
-    expect_type,
-    grading_rng,
-    how_far,
-    judging,
-    learner,
-    needs_hardware,
-    read_only,
-    reference,
-    references,
-    signature,
-)
+from autograders import kit
+from autograders.kit import _
 from memlab import data
 from memlab.estimate import ATTENTION_PROJECTIONS, simulate_7b_lora_step, simulate_training_step
 from memlab.models import TINY_BASE, build_model, llama2_7b_config, load_tiny_base, tiny_llama_config
@@ -113,14 +93,14 @@ def _peak(seq: int, micro_batch: int, checkpointing: bool) -> int:
 @functools.cache
 def stored() -> dict:
     """The expected values of the public cases (scripts/make_check_data.py, from autograders/references/)."""
-    return read_only(json.loads(DATA.read_text()))
+    return kit.read_only(json.loads(DATA.read_text()))
 
 
 def _expected_plan(case: str, gpu: float, seq: int, public: bool) -> dict | None:
     """A reference step: the lesson's plan for a public case, stored; for a drawn one, the grading reference's."""
     if public:
         return stored()["plan_for"][case]
-    return references("lesson08").expected_plan(gpu, seq)[0]
+    return kit.references("lesson08").expected_plan(gpu, seq)[0]
 
 
 def _e1_cases(rng) -> list[tuple[str, float, int, bool]]:
@@ -133,7 +113,7 @@ def _e1_cases(rng) -> list[tuple[str, float, int, bool]]:
             gpu, seq = rng.choice(E1_DRAWN_GPUS), rng.choice(E1_DRAWN_SEQS)
             if (gpu, seq) in E1_TOO_CLOSE or (gpu, seq) in E1_PUBLIC:
                 continue  # too close to the budget to be decided robustly: draw again
-            cases.append((drawn(found, f"{gpu} GiB, seq {seq}"), gpu, seq, False))
+            cases.append((kit.drawn(found, f"{gpu} GiB, seq {seq}"), gpu, seq, False))
             found += 1
     return cases
 
@@ -144,17 +124,17 @@ def _describe_plan(plan: dict) -> str:
     )
 
 
-@check("e1_plan_for", points=3)
+@kit.check("e1_plan_for", points=3)
 def check_plan_for(plan_for) -> int:
-    expect_callable(plan_for, "plan_for")
+    kit.expect_callable(plan_for, "plan_for")
     n = 0
-    for case, gpu, seq, public in _e1_cases(grading_rng("e1_plan_for")):
+    for case, gpu, seq, public in _e1_cases(kit.grading_rng("e1_plan_for")):
         budget = (1 - HEADROOM) * gpu * GiB
-        want = reference(lambda: _expected_plan(case, gpu, seq, public))  # noqa: B023 - called at once
-        plan = call(plan_for, gpu, seq, case=case)
+        want = kit.reference(lambda: _expected_plan(case, gpu, seq, public))  # noqa: B023 - called at once
+        plan = kit.call(plan_for, gpu, seq, case=case)
         if plan is None:
-            if judging() and want is not None:
-                raise CheckFailed(
+            if kit.judging() and want is not None:
+                raise kit.CheckFailed(
                     _(
                         "case {case}: you returned None (nothing fits), but a plan fits the budget of "
                         "{budget_gib:.1f} GiB (90% of {gpu_gib} GiB)."
@@ -162,25 +142,25 @@ def check_plan_for(plan_for) -> int:
                 )
             n += 1
             continue
-        expect_keys(
+        kit.expect_keys(
             plan, ("checkpointing", "micro_batch", "accumulation", "peak_gib"), case=case, what=_("the plan")
         )
-        expect_type(plan["checkpointing"], bool, case=case, what='plan["checkpointing"]')
+        kit.expect_type(plan["checkpointing"], bool, case=case, what='plan["checkpointing"]')
         for key in ("micro_batch", "accumulation"):
             if not isinstance(plan[key], numbers.Integral) or isinstance(plan[key], bool) or plan[key] < 1:
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _("case {case}: plan[{key}] should be a positive int; got {got}.").format(
                         case=case, key=repr(key), got=repr(plan[key])
                     )
                 )
         if plan["micro_batch"] not in MICRO_BATCHES:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _("case {case}: the micro-batch should be one of {choices}; got {got}.").format(
                     case=case, choices=MICRO_BATCHES, got=plan["micro_batch"]
                 )
             )
         if plan["micro_batch"] * plan["accumulation"] != BATCH:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: micro-batch x accumulation should be the batch of {batch} sequences per optimizer "
                     "step; got {micro_batch} x {accumulation}."
@@ -188,11 +168,11 @@ def check_plan_for(plan_for) -> int:
                     case=case, batch=BATCH, micro_batch=plan["micro_batch"], accumulation=plan["accumulation"]
                 )
             )
-        peak = reference(lambda: _peak(seq, plan["micro_batch"], plan["checkpointing"]))  # noqa: B023
-        expect_type(plan["peak_gib"], numbers.Real, case=case, what='plan["peak_gib"]')
-        expect_close(
+        peak = kit.reference(lambda: _peak(seq, plan["micro_batch"], plan["checkpointing"]))  # noqa: B023
+        kit.expect_type(plan["peak_gib"], numbers.Real, case=case, what='plan["peak_gib"]')
+        kit.expect_close(
             float(plan["peak_gib"]),
-            peak if peak is DEFERRED else peak / GiB,
+            peak if peak is kit.DEFERRED else peak / GiB,
             case=case,
             what=_('plan["peak_gib"], the simulated peak of your plan ({plan})').format(
                 plan=_describe_plan(plan)
@@ -200,7 +180,7 @@ def check_plan_for(plan_for) -> int:
             rtol=1e-3,
             reveal=False,
         )
-        if judging():
+        if kit.judging():
             _judge_plan(plan, want, peak, case=case, gpu=gpu, seq=seq)
         n += 1
     return n
@@ -210,7 +190,7 @@ def _judge_plan(plan: dict, want: dict | None, peak: int, *, case: str, gpu: flo
     """The lesson's rules, on the learner's plan (plain data) against the check's own simulations."""
     budget = (1 - HEADROOM) * gpu * GiB
     if peak > budget:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: your plan ({plan}) simulates to {peak_gib:.2f} GiB, more than the "
                 "budget of {budget_gib:.1f} GiB (90% of {gpu_gib} GiB)."
@@ -223,20 +203,20 @@ def _judge_plan(plan: dict, want: dict | None, peak: int, *, case: str, gpu: flo
             )
         )
     if want is None:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _("case {case}: the check's simulation says nothing fits here; your plan says it does.").format(
                 case=case
             )
         )
     if plan["checkpointing"] and not want["checkpointing"]:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: checkpointing is on, but a micro-batch fits without it: every step would recompute "
                 "its forward for nothing."
             ).format(case=case)
         )
     if plan["micro_batch"] < want["micro_batch"]:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: micro-batch {micro_batch} wastes the budget: it is not the largest of "
                 "{choices} whose simulated peak fits {budget_gib:.1f} GiB (90% of {gpu_gib} GiB) with "
@@ -286,7 +266,7 @@ def _drawn_lora_case(rng, i: int) -> LoraCase:
     task = rng.choice(("causal-lm", "seq-cls"))
     seed = rng.randrange(1000)
     return LoraCase(
-        drawn(i - 1, f"a random {layers}-layer Llama ({task}), rank {rank}"),
+        kit.drawn(i - 1, f"a random {layers}-layer Llama ({task}), rank {rank}"),
         lambda: build_model(tiny_llama_config(num_hidden_layers=layers), task, seed=seed),
         rank,
         task,
@@ -321,7 +301,7 @@ def _e2_cases() -> list[LoraCase]:
             on_meta=True,
         ),
     ]
-    return cases + drawn_cases("e2_add_lora", 2, _drawn_lora_case)
+    return cases + kit.drawn_cases("e2_add_lora", 2, _drawn_lora_case)
 
 
 def _is_target(name: str) -> bool:
@@ -346,8 +326,8 @@ def _lora_facts(add_lora, lora_case: LoraCase, index: int, side: dict) -> dict:
         base.eval()
         side["ids"] = _probe_ids(base, index)
     with _Quiet():
-        model = call(add_lora, base, lora_case.rank, case=lora_case.case)
-    expect_type(
+        model = kit.call(add_lora, base, lora_case.rank, case=lora_case.case)
+    kit.expect_type(
         model, PeftModel, case=lora_case.case, what=_("the result (a peft model, from get_peft_model)")
     )
     side["model"] = model
@@ -392,18 +372,18 @@ def _expected_lora(lora_case: LoraCase, index: int) -> dict:
     return {"targets": len(targets), "trainable": trainable, "logits": logits}
 
 
-@check("e2_add_lora", points=2)
+@kit.check("e2_add_lora", points=2)
 def check_add_lora(add_lora) -> int:
-    expect_callable(add_lora, "add_lora")
+    kit.expect_callable(add_lora, "add_lora")
     n = 0
     for index, lora_case in enumerate(_e2_cases()):
         case, rank = lora_case.case, lora_case.rank
         classifier = lora_case.task == "seq-cls"
         side: dict = {}
-        facts = learner(case, lambda: _lora_facts(add_lora, lora_case, index, side))  # noqa: B023
-        expected = reference(lambda: _expected_lora(lora_case, index))  # noqa: B023
+        facts = kit.learner(case, lambda: _lora_facts(add_lora, lora_case, index, side))  # noqa: B023
+        expected = kit.reference(lambda: _expected_lora(lora_case, index))  # noqa: B023
         if not facts[lora_case.task]:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: for a {base_class} the result should be a "
                     "{peft_class} (LoraConfig's task_type says which); got {got}."
@@ -417,14 +397,14 @@ def check_add_lora(add_lora) -> int:
         lora_layers = facts["lora_layers"]
         wrong_place = [name for name, _rank, _scaling in lora_layers if not _is_target(name)]
         if wrong_place:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: LoRA should adapt only the attention projections {projections}; it is also "
                     "on {name}."
                 ).format(case=case, projections=ATTENTION_PROJECTIONS, name=wrong_place[0])
             )
-        if judging() and len(lora_layers) != expected["targets"]:
-            raise CheckFailed(
+        if kit.judging() and len(lora_layers) != expected["targets"]:
+            raise kit.CheckFailed(
                 _(
                     "case {case}: there should be a LoRA layer on each of the {expected} attention "
                     "projections; found {found}."
@@ -432,13 +412,13 @@ def check_add_lora(add_lora) -> int:
             )
         for name, layer_rank, scaling in lora_layers:
             if layer_rank != rank:
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _("case {case}: {name} has rank {got}; asked for {rank}.").format(
                         case=case, name=name, got=layer_rank, rank=rank
                     )
                 )
             if not math.isclose(scaling, 2.0):
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         "case {case}: {name} scales its update by alpha / r = {scaling:g}; the lesson's "
                         "alpha is twice the rank (a scaling of 2)."
@@ -455,16 +435,16 @@ def check_add_lora(add_lora) -> int:
                     if classifier
                     else _("case {case}: {name} is trainable; only the LoRA matrices should be.")
                 )
-                raise CheckFailed(text.format(case=case, name=name))
+                raise kit.CheckFailed(text.format(case=case, name=name))
         if classifier and not any("score" in name for name, _shape in trainable):
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: the classifier's head (score) is frozen: it is new and random, so it must train "
                     "with the adapters (peft does this for task_type SEQ_CLS)."
                 ).format(case=case)
             )
         count = sum(math.prod(shape) for _name, shape in trainable)
-        if judging() and count != expected["trainable"]:
+        if kit.judging() and count != expected["trainable"]:
             text = (
                 _(
                     "case {case}: {count:,} trainable parameters; expected exactly the rank-{rank} A and B matrices "
@@ -476,15 +456,17 @@ def check_add_lora(add_lora) -> int:
                     "of every attention projection ({how_far})."
                 )
             )
-            raise CheckFailed(
-                text.format(case=case, count=count, rank=rank, how_far=how_far(count, expected["trainable"]))
+            raise kit.CheckFailed(
+                text.format(
+                    case=case, count=count, rank=rank, how_far=kit.how_far(count, expected["trainable"])
+                )
             )
         if not lora_case.on_meta:
-            got = learner(f"{case}: the adapted model's logits", lambda: _adapted_logits(side))  # noqa: B023
-            if judging():
+            got = kit.learner(f"{case}: the adapted model's logits", lambda: _adapted_logits(side))  # noqa: B023
+            if kit.judging():
                 base_logits = expected["logits"]
                 if not torch.allclose(got, base_logits, atol=1e-5, rtol=1e-5):
-                    raise CheckFailed(
+                    raise kit.CheckFailed(
                         _(
                             "case {case}: the adapted model should compute exactly what the base computed before "
                             "training (LoRA's B starts at zero); its logits differ by up to {difference:.3g}."
@@ -589,13 +571,13 @@ def simulated_run_peak(config: dict) -> int:
 
 def _expect_number(value, *, case: str, what: str, positive: bool = True) -> float:
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _("case {case}: {what} should be a finite number; got {got}.").format(
                 case=case, what=what, got=repr(value)
             )
         )
     if positive and value <= 0:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _("case {case}: {what} should be positive; got {got}.").format(
                 case=case, what=what, got=repr(value)
             )
@@ -709,17 +691,17 @@ def _reload_adapter(files: dict):
                 model = PeftModel.from_pretrained(base, folder, is_trainable=True)
         except Exception as error:
             return str(error)
-    signature(adapter_signature(model))
+    kit.signature(adapter_signature(model))
     return model, tokenizer
 
 
-@check("e3_graded_run", points=3)
+@kit.check("e3_graded_run", points=3)
 def check_graded_run(run_dir) -> int:
     case = "your run"
-    files = learner("the run handed in", lambda: _run_files(Path(run_dir)))
+    files = kit.learner("the run handed in", lambda: _run_files(Path(run_dir)))
     path = files["run_json_path"]
     if files["run_json"] is None:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: there is no {path}. Run the cell above that calls run_capstone(RUN_DIR): it trains and "
                 "writes the run into {run_dir}, next to this notebook. Hand that folder in with the notebook: the "
@@ -729,16 +711,16 @@ def check_graded_run(run_dir) -> int:
     try:
         written = json.loads(files["run_json"].decode("utf-8"))
     except ValueError as error:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _("case {case}: {path} is not valid JSON ({error}).").format(case=case, path=path, error=error)
         ) from None
-    expect_type(written, dict, case=case, what="run.json")
-    expect_keys(written, RUN_KEYS, case=case, what="run.json")
+    kit.expect_type(written, dict, case=case, what="run.json")
+    kit.expect_keys(written, RUN_KEYS, case=case, what="run.json")
     config = written["config"]
-    expect_keys(config, CONFIG_KEYS, case=case, what='run.json["config"]')
+    kit.expect_keys(config, CONFIG_KEYS, case=case, what='run.json["config"]')
     targets = config["target_modules"]
     if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 'case {case}: run.json["config"]["target_modules"] should be a list of module names; got {got}.'
             ).format(case=case, got=repr(targets)[:80])
@@ -746,7 +728,7 @@ def check_graded_run(run_dir) -> int:
     for key, (low, high) in RUN_LIMITS.items():
         value = config[key]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     'case {case}: run.json["config"]["{key}"] is {value}; a run of the tiny base has a whole number '
                     "from {low} to {high} there."
@@ -754,13 +736,13 @@ def check_graded_run(run_dir) -> int:
             )
     device = written["device"]
     if device not in RUN_DEVICES:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _('case {case}: run.json["device"] is {device}; it should be one of {devices}.').format(
                 case=case, device=repr(device), devices=RUN_DEVICES
             )
         )
     if written["model"] != TINY_BASE.name or written["task"] != "imdb":
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 'case {case}: the graded run fine-tunes {model} on the task "imdb"; run.json says '
                 "{got_model} / {got_task}."
@@ -774,9 +756,9 @@ def check_graded_run(run_dir) -> int:
 
     # the loss curve: one finite value per optimizer step, going down
     curve = written["loss_curve"]
-    expect_type(curve, list, case=case, what='run.json["loss_curve"]')
+    kit.expect_type(curve, list, case=case, what='run.json["loss_curve"]')
     if len(curve) != config["steps"]:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: the loss curve should have one value per optimizer step ({steps}); it has {count}."
             ).format(case=case, steps=config["steps"], count=len(curve))
@@ -785,7 +767,7 @@ def check_graded_run(run_dir) -> int:
         _expect_number(value, case=case, what=_("every loss"))
     fifth = max(1, len(curve) // 5)
     if sum(curve[-fifth:]) / fifth >= sum(curve[:fifth]) / fifth:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _(
                 "case {case}: the loss did not go down (mean of the last fifth >= mean of the first fifth)."
             ).format(case=case)
@@ -795,15 +777,15 @@ def check_graded_run(run_dir) -> int:
     # the adapter: loaded onto the check's own base, and counted
     adapter_dir = files["adapter_dir"]
     if files["adapter_config"] is None:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _("case {case}: no adapter in {adapter_dir}: save it there with save_pretrained.").format(
                 case=case, adapter_dir=adapter_dir
             )
         )
-    reloaded = reference(lambda: _reload_adapter(files))
-    if judging():
+    reloaded = kit.reference(lambda: _reload_adapter(files))
+    if kit.judging():
         if isinstance(reloaded, str):
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: the adapter in {adapter_dir} does not load onto the tiny base ({error})."
                 ).format(case=case, adapter_dir=adapter_dir, error=reloaded)
@@ -815,7 +797,7 @@ def check_graded_run(run_dir) -> int:
             or lora.lora_alpha != config["alpha"]
             or set(lora.target_modules) != set(config["target_modules"])
         ):
-            raise CheckFailed(
+            raise kit.CheckFailed(
                 _(
                     "case {case}: the saved adapter (r={rank}, alpha={alpha}, on {targets}) "
                     "is not the configuration run.json reports."
@@ -826,11 +808,11 @@ def check_graded_run(run_dir) -> int:
         for key, value in (("trainable_parameters", trainable), ("total_parameters", total)):
             if written[key] != value:
                 difference = (
-                    how_far(written[key], value)
+                    kit.how_far(written[key], value)
                     if isinstance(written[key], numbers.Real)
                     else _("not a number")
                 )
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         'case {case}: run.json["{key}"] is {got}; the reloaded adapter on the base has a '
                         "different count ({how_far})."
@@ -839,23 +821,23 @@ def check_graded_run(run_dir) -> int:
 
     # accuracy: evaluated again, by the check
     reported = written["eval"]
-    expect_keys(reported, ("accuracy", "n"), case=case, what='run.json["eval"]')
+    kit.expect_keys(reported, ("accuracy", "n"), case=case, what='run.json["eval"]')
     if reported["n"] != N_EVAL:
-        raise CheckFailed(
+        raise kit.CheckFailed(
             _("case {case}: evaluate on the first {n_eval} test reviews; run.json says n={n}.").format(
                 case=case, n_eval=N_EVAL, n=reported["n"]
             )
         )
-    accuracy = reference(lambda: eval_accuracy(*reloaded, config["seq"]))
-    expect_close(
+    accuracy = kit.reference(lambda: eval_accuracy(*reloaded, config["seq"]))
+    kit.expect_close(
         _expect_number(reported["accuracy"], case=case, what=_("the accuracy")),
         accuracy,
         case=case,
         what=_("the reported accuracy against the check's own evaluation of your saved adapter"),
         atol=3 / N_EVAL,
     )
-    if judging() and accuracy < ACCURACY_BAR:
-        raise CheckFailed(
+    if kit.judging() and accuracy < ACCURACY_BAR:
+        raise kit.CheckFailed(
             _(
                 "case {case}: your adapter reaches {accuracy:.3f} accuracy on the {n_eval} test reviews; the bar is "
                 "{bar}. Train longer or with another learning rate."
@@ -864,17 +846,17 @@ def check_graded_run(run_dir) -> int:
 
     # memory: the reported train peak against a simulated step of the same configuration
     peaks = written["peak_bytes"]
-    expect_keys(peaks, ("train", "eval"), case=case, what='run.json["peak_bytes"]')
+    kit.expect_keys(peaks, ("train", "eval"), case=case, what='run.json["peak_bytes"]')
     train_peak = _expect_number(peaks["train"], case=case, what='run.json["peak_bytes"]["train"]')
     _expect_number(peaks["eval"], case=case, what='run.json["peak_bytes"]["eval"]')
     if device == "cpu":
-        simulated = reference(lambda: simulated_run_peak(config))
-        if judging() and not 0.9 * simulated <= train_peak <= 1.25 * simulated:
-            raise CheckFailed(
+        simulated = kit.reference(lambda: simulated_run_peak(config))
+        if kit.judging() and not 0.9 * simulated <= train_peak <= 1.25 * simulated:
+            raise kit.CheckFailed(
                 _(
                     "case {case}: the reported training peak is {how_far} from a simulated step of the same "
                     "configuration (allowed: -10% to +25%): measure it with track_memory around the training."
-                ).format(case=case, how_far=how_far(train_peak, simulated))
+                ).format(case=case, how_far=kit.how_far(train_peak, simulated))
             )
     model = reloaded = None  # the judge's copy of the base, freed
     gc.collect()
@@ -889,7 +871,7 @@ E4_TARGETS = ("q_proj", "o_proj")
 
 def _drawn_merge_case(rng, i: int) -> tuple[str, int, int, torch.dtype, int]:
     rank, alpha = rng.choice((2, 4, 8, 32)), rng.choice((1, 8, 16, 64))
-    return drawn(i - 1, f"rank {rank}, alpha {alpha}"), rank, alpha, torch.float32, rng.randrange(1000)
+    return kit.drawn(i - 1, f"rank {rank}, alpha {alpha}"), rank, alpha, torch.float32, rng.randrange(1000)
 
 
 def _e4_cases() -> list[tuple[str, int, int, torch.dtype, int]]:
@@ -899,7 +881,7 @@ def _e4_cases() -> list[tuple[str, int, int, torch.dtype, int]]:
         ("rank 4, alpha 32 (scaling 8), fp32 base", 4, 32, torch.float32, 1),
         ("rank 16, alpha 32, bf16 base", 16, 32, torch.bfloat16, 2),
     ]
-    return cases + drawn_cases("e4_merged_weight", 2, _drawn_merge_case)
+    return cases + kit.drawn_cases("e4_merged_weight", 2, _drawn_merge_case)
 
 
 def _trained_lora_layers(rank: int, alpha: int, dtype: torch.dtype, seed: int) -> list:
@@ -935,25 +917,25 @@ def _learner_merge(merged_weight, side: dict, k: int, case: str, args: tuple) ->
     layer = side["layers"][k]
     base = layer.base_layer.weight
     before = base.detach().clone()
-    got = call(merged_weight, layer, case=case)
+    got = kit.call(merged_weight, layer, case=case)
     return {"merged": got, "base_unchanged": bool(torch.equal(base, before))}
 
 
-@check("e4_merged_weight", points=1)
+@kit.check("e4_merged_weight", points=1)
 def check_merged_weight(merged_weight) -> int:
-    expect_callable(merged_weight, "merged_weight")
+    kit.expect_callable(merged_weight, "merged_weight")
     n = 0
     for case, rank, alpha, dtype, seed in _e4_cases():
         args = (rank, alpha, dtype, seed)
         side: dict = {}
-        wants = reference(lambda: _expected_merges(*args))  # noqa: B023
+        wants = kit.reference(lambda: _expected_merges(*args))  # noqa: B023
         for k in range(len(E4_TARGETS)):
-            result = learner(case, lambda: _learner_merge(merged_weight, side, k, case, args))  # noqa: B023
+            result = kit.learner(case, lambda: _learner_merge(merged_weight, side, k, case, args))  # noqa: B023
             got = result["merged"]
-            expect_type(got, torch.Tensor, case=case, what=_("the result"))
-            want = None if wants is DEFERRED else wants[k]
+            kit.expect_type(got, torch.Tensor, case=case, what=_("the result"))
+            want = None if wants is kit.DEFERRED else wants[k]
             if want is not None and (got.shape != want.shape or got.dtype != want.dtype):
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         "case {case}: the merged weight should have the base weight's shape {shape} and dtype "
                         "{dtype}; got {got_shape} {got_dtype}."
@@ -966,7 +948,7 @@ def check_merged_weight(merged_weight) -> int:
                     )
                 )
             if not result["base_unchanged"]:
-                raise CheckFailed(
+                raise kit.CheckFailed(
                     _(
                         "case {case}: merged_weight changed the layer's base weight; it should return a new tensor."
                     ).format(case=case)
@@ -975,7 +957,7 @@ def check_merged_weight(merged_weight) -> int:
                 tol = 1e-5 if dtype == torch.float32 else 1e-2
                 error = (got.float() - want.float()).abs().max().item()
                 if not torch.allclose(got.float(), want.float(), atol=tol, rtol=tol):
-                    raise CheckFailed(
+                    raise kit.CheckFailed(
                         _(
                             "case {case}: the merged weight differs from W + (alpha / r) * B @ A by up to {error:.3g} "
                             "(tolerance {tolerance:g})."
@@ -989,21 +971,21 @@ def check_merged_weight(merged_weight) -> int:
 
 
 def _expect_measurement(result, *, case: str) -> tuple[int, float]:
-    expect_keys(result, ("peak_bytes", "step_time_s"), case=case, what=_("the result"))
+    kit.expect_keys(result, ("peak_bytes", "step_time_s"), case=case, what=_("the result"))
     peak = _expect_number(result["peak_bytes"], case=case, what='result["peak_bytes"]')
     seconds = _expect_number(result["step_time_s"], case=case, what='result["step_time_s"]')
     return int(peak), seconds
 
 
-@check("e5_measure_lora_step", points=1, rerun=True)
+@kit.check("e5_measure_lora_step", points=1, rerun=True)
 def check_measure_lora_step(measure_lora_step) -> int:
-    expect_callable(measure_lora_step, "measure_lora_step")
+    kit.expect_callable(measure_lora_step, "measure_lora_step")
     case = "one layer of Llama-2-7B on the CPU, seq 64, micro-batch 1, checkpointing"
     with _Quiet():
-        result = call(measure_lora_step, 64, 1, True, layers=1, device="cpu", case=case)
+        result = kit.call(measure_lora_step, 64, 1, True, layers=1, device="cpu", case=case)
     peak, _seconds = _expect_measurement(result, case=case)
-    simulated = reference(lambda: simulate_7b_lora_step(64, 1, True, layers=1).peak_bytes)
-    expect_close(
+    simulated = kit.reference(lambda: simulate_7b_lora_step(64, 1, True, layers=1).peak_bytes)
+    kit.expect_close(
         peak,
         simulated,
         case=case,
@@ -1015,12 +997,12 @@ def check_measure_lora_step(measure_lora_step) -> int:
 
     # the GPU stage needs the simulated 13.25 GiB (seq 1024, micro-batch 1, checkpointing) plus the CUDA context:
     # 20 GiB of reported capacity
-    needs_hardware(cuda=True, min_gpu_gb=20, passed=_("the one-layer CPU stage passed"))
+    kit.needs_hardware(cuda=True, min_gpu_gb=20, passed=_("the one-layer CPU stage passed"))
     case = "Llama-2-7B on the GPU, seq 1024, micro-batch 1, checkpointing"
-    result = call(measure_lora_step, 1024, 1, True, layers=32, device="cuda", case=case)
+    result = kit.call(measure_lora_step, 1024, 1, True, layers=32, device="cuda", case=case)
     peak, _seconds = _expect_measurement(result, case=case)
-    simulated = reference(lambda: simulate_7b_lora_step(1024, 1, True).peak_bytes)
-    expect_close(
+    simulated = kit.reference(lambda: simulate_7b_lora_step(1024, 1, True).peak_bytes)
+    kit.expect_close(
         peak,
         simulated,
         case=case,

@@ -1324,7 +1324,6 @@ def _forbid_expected_values(monkeypatch) -> list[str]:
 
     for module, name in (
         (kit, "references"),
-        (lesson03, "references"),
         (lesson03, "public_underflow"),
         (lesson03, "_ReferenceScalerRun"),
         (lesson03, "_autocast_loss"),

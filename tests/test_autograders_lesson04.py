@@ -562,7 +562,6 @@ def test_the_grading_kernel_computes_no_expected_value(
     with monkeypatch.context() as m:
         for module, name in [
             (kit, "references"),
-            (lesson04, "references"),
             (lesson04, "_e1_expected"),
             (lesson04, "_stored_least_flops"),
             (lesson04, "_least_flops_drawn"),

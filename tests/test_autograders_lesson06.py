@@ -235,7 +235,6 @@ def test_e1_the_frames_find_peak_runs_under_hold_no_trace(strict_mode, monkeypat
         return answer
 
     monkeypatch.setattr(kit, "references", missing)
-    monkeypatch.setattr(l06, "references", missing, raising=False)
     transcript = kit.collect(check_find_peak.check, (walking,), {})
     assert all(r.failed is None for r in transcript.records)
     assert sum("drawn at grading time" in r.label for r in transcript.records) == 3
@@ -401,7 +400,7 @@ def test_e3_under_strict_grading_the_cpu_stage_adds_drawn_cases(kit_context, mon
     import autograders.lesson06 as l06
 
     kit_context(kit.STRICT, 5)
-    monkeypatch.setattr(l06, "needs_hardware", lambda **kwargs: None)
+    monkeypatch.setattr(kit, "needs_hardware", lambda **kwargs: None)
     monkeypatch.setattr(l06, "run_cuda_oom_case", lambda fn: None)
     assert check_largest_micro_batch(largest_micro_batch) is None
     assert capsys.readouterr().out.strip() == "✓ e3_largest_micro_batch: 9 cases passed"
@@ -572,7 +571,7 @@ def test_e5_is_not_checked_without_a_gpu(capsys, no_gpu):
 
 def _no_gpu_stage(monkeypatch):
     """Switch the GPU stages of e3 off (as the CPU-stage test above does): the CPU cases are what is judged."""
-    monkeypatch.setattr(l06, "needs_hardware", lambda **kwargs: None)
+    monkeypatch.setattr(kit, "needs_hardware", lambda **kwargs: None)
     monkeypatch.setattr(l06, "run_cuda_oom_case", lambda fn: None)
 
 
@@ -715,13 +714,15 @@ def test_the_grading_kernel_computes_no_expected_value(strict_mode, no_gpu, monk
     tracker expectation, no cost of a timed case, no Trainer run, no GPU peak, no grading reference)."""
     ran = []
 
+    reference = kit.reference
+
     def spy(compute):
-        return kit.reference(lambda: ran.append(compute) or compute())
+        return reference(lambda: ran.append(compute) or compute())
 
     def forbidden(*args, **kwargs):
         raise AssertionError("an expected value was computed in the grading kernel")
 
-    monkeypatch.setattr(l06, "reference", spy)
+    monkeypatch.setattr(kit, "reference", spy)
     monkeypatch.setattr(kit, "references", forbidden)
     for name in ("_expected_peak", "stored", "observe_setup", "rebuilt_args", "_reference_train_rise"):
         monkeypatch.setattr(l06, name, forbidden)
@@ -849,7 +850,7 @@ class FakeGpuMemory:
                     raise torch.OutOfMemoryError(f"CUDA out of memory (simulated, micro-batch {batch})")
 
         monkeypatch.setattr(l06, "CudaSteps", Steps)
-        monkeypatch.setattr(l06, "needs_hardware", lambda **kwargs: None)
+        monkeypatch.setattr(kit, "needs_hardware", lambda **kwargs: None)
 
 
 def test_e3_the_gpu_stage_is_collected_then_judged(strict_mode, monkeypatch, capsys):
@@ -920,8 +921,8 @@ class FakeTrainer:
 
 
 def _fake_gpu_trainer(monkeypatch):
+    monkeypatch.setattr(kit, "needs_hardware", lambda **kwargs: None)
     for name, value in {
-        "needs_hardware": lambda **kwargs: None,
         "_fresh_gpu": lambda: None,
         "_leave_a_peak_behind": lambda: None,
         "gpu_trainer": FakeTrainer,
