@@ -45,7 +45,7 @@ from memlab.measure import measure_training_step
 pytestmark = pytest.mark.usefixtures("learner_mode")
 
 GiB = 1024**3
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTION = ROOT / "solutions" / "08-capstone-7b-lora" / "08-capstone-7b-lora.ipynb"
 HANDED_IN_RUN = ROOT / "tests" / "fixtures" / "handed-in" / "08-capstone-7b-lora" / "capstone-run"
 DEVICE = torch.device("cpu")
