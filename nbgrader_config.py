@@ -4,7 +4,7 @@
     lessons/NN-slug/NN-slug.ipynb     nbgrader's "release" step: generated, never hand-edited
 
 `python scripts/build_lessons.py` writes lessons/ with nbgrader's own preprocessors and this configuration; the
-output is byte-identical to `nbgrader generate_assignment NN-slug --force` run here (tests/test_lessons_in_sync.py).
+output is byte-identical to `nbgrader generate_assignment NN-slug --force` run here (tests/build/test_lessons_in_sync.py).
 `python scripts/grade.py SUBMISSIONS_DIR --out grades.csv` grades with it in a throwaway course directory, and so does
 `nbgrader autograde LESSON` here (the same preprocessors, below).
 Option names are those of nbgrader 0.9.6.

@@ -2,7 +2,7 @@
 
 Every reference is torch's own reading of the bits (`Tensor.view` of an integer tensor as the float dtype), torch's
 `finfo`, or torch's own cast (`.to(torch.bfloat16)`); for fp16 and fp32 numpy's reading is compared with torch's as
-well (tests/test_autograders_lesson02.py for the public cases, the grading reference for the drawn ones). None is a
+well (tests/lesson_checks/test_autograders_lesson02.py for the public cases, the grading reference for the drawn ones). None is a
 copy of a solution. The limits and ulps of the public cases are stored values (autograders/data/lesson02.json, made
 from autograders/references/lesson02.py, which is not in the learner release). Every expected value is computed in a
 reference step (autograders/kit.py), so under grading only the judge ever has it; the learner's results are taken
@@ -182,7 +182,7 @@ def _decode_all(decode, patterns, name: str) -> torch.Tensor:
 
 def _expected_decode(name: str, patterns: list[int], public: bool) -> list[float]:
     """torch's values of the patterns: for a drawn run, the grading reference's (torch's, cross-checked with numpy
-    where numpy has the format); tests/test_autograders_lesson02.py cross-checks the public patterns."""
+    where numpy has the format); tests/lesson_checks/test_autograders_lesson02.py cross-checks the public patterns."""
     if public:
         return torch_decode(patterns, FORMATS[name]).tolist()
     return kit.references("lesson02").decode(patterns, name)

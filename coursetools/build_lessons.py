@@ -9,7 +9,7 @@ the repository's nbgrader_config.py: nbgrader's GenerateAssignment preprocessors
 InstantiateTests, LockCells, ClearSolutions, ClearOutput, CheckCellMetadata, ComputeChecksums, SaveCells,
 ClearHiddenTests, ClearMarkScheme, ...) through nbconvert's NotebookExporter, and copies the lesson's other files
 (minus CourseDirectory.ignore) the way nbgrader does. The output is byte-identical to what nbgrader releases
-(tests/test_lessons_in_sync.py runs the real command and compares), deterministic, and needs no kernel and no
+(tests/build/test_lessons_in_sync.py runs the real command and compares), deterministic, and needs no kernel and no
 gradebook (SaveCells, which only fills the gradebook, is switched off).
 
 First it writes each check cell's nbgrader points from the check it calls (`@check(name, points=...)` in

@@ -59,7 +59,7 @@ def read_junit(path: Path) -> list[dict]:
 
 
 def _file_of(classname: str) -> str:
-    """The test file of a JUnit classname: `tests.test_kit` (or `tests.test_kit.TestClass`) is tests/test_kit.py; an
+    """The test file of a JUnit classname: `tests.kit.test_kit` (or `tests.kit.test_kit.TestClass`) is tests/kit/test_kit.py; an
     nbval item's classname is the notebook's dotted path (`solutions.01-memory-anatomy.01-memory-anatomy.ipynb`: no
     folder or notebook of the course has a dot in its name), solutions/01-memory-anatomy/01-memory-anatomy.ipynb."""
     if classname.endswith(".ipynb"):

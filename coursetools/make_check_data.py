@@ -6,7 +6,7 @@
 
 Where a check's reference is an answer to its exercise, the reference lives in autograders/references/ (not in the
 learner release) and the check compares its public cases with values stored here, so that the learner's copy of
-the checks works without it. Values are stored as float.hex() (exact). tests/test_check_data.py runs --check.
+the checks works without it. Values are stored as float.hex() (exact). tests/kit/test_check_data.py runs --check.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ give learners OUT_DIR instead (or OUT_DIR.zip with --zip). It holds:
     requirements.txt, requirements-ko.txt, environment.yml, pyproject.toml
     RELEASE.json             the commit it was built from and a SHA-256 of every file
 
-Nothing else: no solutions/, tests/, scripts/, .ci/, nor the rest of results/. tests/test_release.py builds one and
+Nothing else: no solutions/, tests/, scripts/, .ci/, nor the rest of results/. tests/build/test_release.py builds one and
 checks it. A learner starts JupyterLab in the release's folder (`jupyter lab`, as in the repository), so a lesson's
 relative links (lessons/NN-slug/ -> ../../results/...) open there as they do in the repository: a link to a file
 that is neither released nor in CITED stops the build.

@@ -105,7 +105,7 @@ def create_gradebook(path: Path) -> None:
     nbgrader reads that revision by running the `alembic` command in a new process (`nbgrader.api.get_alembic_version`,
     2-3 s of every grading run's start); here alembic's own `ScriptDirectory` reads it from nbgrader's migrations
     in this process. The revision is recorded first, so `Gradebook` finds an existing database and only creates its
-    tables (tests/test_grading_startup.py compares the two gradebooks)."""
+    tables (tests/grader/test_grading_startup.py compares the two gradebooks)."""
     from alembic.script import ScriptDirectory
     from nbgrader.api import Gradebook
     from nbgrader.dbutil import ALEMBIC_DIR

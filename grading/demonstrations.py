@@ -16,9 +16,9 @@ lesson global (`SEQS` in their `plan_for`) keeps the cell that binds it running.
 uses at its top level or free in its functions (Python's `symtable`); storing into an item of an earlier object
 (`SUMMARY[...] = ...`) is not a read. What this cannot see is a name reached dynamically (`globals()["SEQS"]`) or
 state changed through a call (a generator drawn from, `model.train()`): a lesson tags only cells whose effects end
-with the cell. `unsafe_tags` (tests/test_demonstrations.py, on every lesson) refuses a tag on a graded, solution or
+with the cell. `unsafe_tags` (tests/grader/test_demonstrations.py, on every lesson) refuses a tag on a graded, solution or
 locked cell, or on a cell the model solution itself would have to keep; the grading round trip
-(tests/test_grading_roundtrip.py: every solution scores full with its tagged cells skipped) is the final word.
+(tests/grader/test_grading_roundtrip.py: every solution scores full with its tagged cells skipped) is the final word.
 """
 
 from __future__ import annotations

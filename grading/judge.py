@@ -253,7 +253,7 @@ def _judged_not_gradable_here(declared, call: CheckCall, cell: CellRequest):
     machine does not meet (a grader without a GPU); else None. Then the check is not collected again: the collection
     again (a sandboxed process that imports torch and loads the learner's definitions: seconds per check) could not
     earn a point here: a check calls `needs_hardware` before any pass, never around a branch or after a return
-    (tests/test_judge.py checks every check that is collected again), so a fresh record either fails a stage before
+    (tests/grader/test_judge.py checks every check that is collected again), so a fresh record either fails a stage before
     it (no point) or stops at it (no point). A forged record that stops there earns nothing either."""
     from autograders import kit
 

@@ -1,6 +1,6 @@
 """The one adapter over private methods of jupyter_client, nbclient and nbconvert that the grader overrides.
 
-Written for jupyter_client 8.10, nbclient 0.11 and nbconvert 7.17; tests/test_kernel_adapter.py holds each to the
+Written for jupyter_client 8.10, nbclient 0.11 and nbconvert 7.17; tests/grader/test_kernel_adapter.py holds each to the
 signature it was written against, so that a release that changes one fails there, by name, and not as a grading
 run that quietly misbehaves. What each override is for:
 

@@ -59,7 +59,7 @@ from memlab.i18n import set_language
 
 NOTE_CHARS = 300
 #: what the server that grade.py forks its workers from imports once, on every machine: none of it imports torch
-#: (tests/test_grading_startup.py), so a server that imports only these never touches CUDA
+#: (tests/grader/test_grading_startup.py), so a server that imports only these never touches CUDA
 PRELOAD = [
     "nbformat",
     "nbgrader.apps",

@@ -1,4 +1,4 @@
-"""Run by tests/test_released_answers.py in a process of its own, with only a learner release's packages on its path:
+"""Run by tests/build/test_released_answers.py in a process of its own, with only a learner release's packages on its path:
 
     python answer_probe.py RELEASE_DIR CASES.pt OUT.json
 

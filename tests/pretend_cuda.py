@@ -1,4 +1,4 @@
-"""Imported last by a test's worker server (tests/test_grading_startup.py): from here on the server's grading.worker
+"""Imported last by a test's worker server (tests/grader/test_grading_startup.py): from here on the server's grading.worker
 believes a CUDA device is present, as on a GPU machine."""
 
 import grading.worker

@@ -60,7 +60,7 @@ def kv_cache_bytes(config, batch: int, seq: int, dtype: torch.dtype) -> int:
 
 
 #: ZeRO's bookkeeping (Rajbhandari et al. 2020, arXiv:1910.02054, §3.1: 2 + 2 + 12 = 16 B per parameter for
-#: mixed-precision Adam), written out here on its own; tests/test_autograders_lesson01.py checks that
+#: mixed-precision Adam), written out here on its own; tests/lesson_checks/test_autograders_lesson01.py checks that
 #: memlab.estimate.model_state_bytes, which the lesson uses elsewhere, agrees with it.
 FORMAT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 OPTIMIZER_BYTES = {"sgd": 0, "sgd-momentum": 4, "adamw": 8, "adamw-8bit": 2, "lion": 4}

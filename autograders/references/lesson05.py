@@ -1,8 +1,8 @@
 """Lesson 05's reference answers (grading only; see autograders/references/__init__.py).
 
 `train_step_accumulated` and `seq_cls_loss`: the checks do not call them (they compare with Hugging Face's own
-full-batch loss and with torch's cross-entropy); they are the answers the tests (tests/test_autograders_lesson05.py,
-tests/test_drawn_cases.py) and tests/gpu hold the checks against. `measure_zero_bytes` and `zero_formula_bytes`
+full-batch loss and with torch's cross-entropy); they are the answers the tests (tests/lesson_checks/test_autograders_lesson05.py,
+tests/kit/test_drawn_cases.py) and tests/gpu hold the checks against. `measure_zero_bytes` and `zero_formula_bytes`
 answer Exercise 5.3 (`zero_bytes_per_rank`): scripts/make_check_data.py stores the public cases' bytes from them, and
 the judge measures the cases drawn at grading time with `measure_zero_bytes`.
 """

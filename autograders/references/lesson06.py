@@ -3,7 +3,7 @@
 `expected_peak` is Exercise 6.1's answer read from the tracker's own trace: scripts/make_check_data.py stores the
 public steps' answers from it, and the judge reads a drawn step's with it. The checks do not call the others: they
 compare with what the tracker measured, with sleeps and queued work of known cost, and with what a Trainer is seen to
-do. They are the answers the tests (tests/test_autograders_lesson06.py, tests/test_drawn_cases.py) hold the checks
+do. They are the answers the tests (tests/lesson_checks/test_autograders_lesson06.py, tests/kit/test_drawn_cases.py) hold the checks
 against.
 """
 

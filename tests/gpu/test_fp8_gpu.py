@@ -164,7 +164,7 @@ def test_transformer_engine_against_bf16(gpu_results):
 
 @pytest.mark.parametrize("fused", [False, True], ids=["q-k-v-apart", "fused-qkv"])
 def test_transformer_engine_holds_fp8_weights_only_as_one_qkv_parameter(fused):
-    """TE's own answer to the rule tests/test_transformer_engine_api.py reads from its source (lesson 07's §7 stopped
+    """TE's own answer to the rule tests/lesson_checks/test_transformer_engine_api.py reads from its source (lesson 07's §7 stopped
     on it on an H200): inside quantized_model_init a TransformerLayer builds with fuse_qkv_params=True only."""
     te = pytest.importorskip("transformer_engine.pytorch")
     if torch.cuda.get_device_capability() < (8, 9):

@@ -147,7 +147,13 @@ IDS = ["e1", "e2", "e3", "e4", "e5"]
         (check_find_peak, ref.find_peak, "✓ e1_find_peak: 4 cases passed"),
         (check_time_step, time_step, "✓ e2_time_step: 5 cases passed"),
         (check_time_step, ref.time_step, "✓ e2_time_step: 5 cases passed"),
-        (check_trade_off_args, trade_off_args, "✓ e4_trade_off_args: 4 cases passed"),
+        # e4 trains three set-ups with Trainer (about 20 s on 2 cores): the full tier
+        pytest.param(
+            check_trade_off_args,
+            trade_off_args,
+            "✓ e4_trade_off_args: 4 cases passed",
+            marks=pytest.mark.slow,
+        ),
     ],
     ids=["e1", "e1-reference", "e2", "e2-reference", "e4"],
 )
@@ -474,6 +480,8 @@ def test_e3_not_catching_the_out_of_memory_error_fails(no_gpu):
 # ---- e4: trade_off_args ----------------------------------------------------------------------------------------
 
 
+# e4 runs Trainer on three set-ups (10 to 40 s on 2 cores): the full tier; the fast tier keeps e4's wrong answers
+@pytest.mark.slow
 def test_e4_leaves_no_bitsandbytes_override_behind():
     """The check's 8-bit Trainer run must not change a later bitsandbytes optimizer in the same process (Trainer's
     embedding override in GlobalOptimManager applies by parameter position; lesson 01's check would then see 32-bit
@@ -524,6 +532,8 @@ def test_e4_a_changed_learning_rate_is_named():
     assert "case bf16" in message and "['learning_rate']" in message
 
 
+# e4 runs Trainer on three set-ups (10 to 40 s on 2 cores): the full tier; the fast tier keeps e4's wrong answers
+@pytest.mark.slow
 def test_e4_forgetting_checkpointing_fails():
     def no_ckpt(setup, output_dir, max_steps):
         if setup == "bf16+ckpt+8bit":
@@ -614,7 +624,13 @@ def other_learning_rate(setup, output_dir, max_steps):
         (check_find_peak, find_peak, "✓ e1_find_peak: 7 cases passed"),
         (check_time_step, time_step, "✓ e2_time_step: 8 cases passed"),
         (check_largest_micro_batch, largest_micro_batch, "✓ e3_largest_micro_batch: 9 cases passed"),
-        (check_trade_off_args, trade_off_args, "✓ e4_trade_off_args: 4 cases passed"),
+        # e4 trains three set-ups with Trainer, and the judge again (over 10 s on 2 cores): the full tier
+        pytest.param(
+            check_trade_off_args,
+            trade_off_args,
+            "✓ e4_trade_off_args: 4 cases passed",
+            marks=pytest.mark.slow,
+        ),
     ],
     ids=["e1", "e2", "e3", "e4"],
 )
@@ -649,6 +665,8 @@ def test_wrong_answers_fail_when_judged_as_a_learner_is_told(
     assert judged == told and words in judged
 
 
+# e4 runs Trainer on three set-ups (10 to 40 s on 2 cores): the full tier; the fast tier keeps e4's wrong answers
+@pytest.mark.slow
 def test_e4_a_trainer_that_is_not_checkpointed_fails_in_the_judge(strict_mode):
     """What a set-up does is seen by the judge's own Trainer run, with arguments made again from the data."""
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "solutions").glob("*/*.ipynb")) + sorted(
     (ROOT / "ko" / "solutions").glob("*/*.ipynb")
 )

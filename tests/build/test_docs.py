@@ -14,7 +14,7 @@ from pathlib import Path
 import mistune
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FRONT_PAGES = ["README.md", "README.ko.md"]
 DOCS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
 PAGES = FRONT_PAGES + DOCS + ["results/README.md", "jupyter-config/README.md", "coursetools/gpu/README.md"]

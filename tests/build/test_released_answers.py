@@ -265,6 +265,8 @@ def _end_leftovers(marker: str) -> list[int]:
     return ended
 
 
+# about 110 s on 2 cores (every check's cases, each answer probed in a process of the release's own): the full tier
+@pytest.mark.slow
 def test_no_released_function_returns_an_exercises_answer(released, tmp_path, learner_mode, capsys):
     exercises = _exercises()
     capsys.readouterr()  # the checks' lines

@@ -422,7 +422,7 @@ GRADING_SEED = 20261123
 )
 def test_right_answers_pass_when_graded(check_fn, answer, line, strict_mode, capsys):
     """(e2's right answer is graded the same way, collected then judged with the seed's drawn cases, by
-    test_the_grading_kernel_computes_no_expected_value[e2] below and tests/test_drawn_cases.py: a few minutes each.)"""
+    test_the_grading_kernel_computes_no_expected_value[e2] below and tests/kit/test_drawn_cases.py: a few minutes each.)"""
     assert kit.current_context() == kit.Context(kit.STRICT, GRADING_SEED)
     assert check_fn(answer) is None
     assert capsys.readouterr().out.splitlines() == [line]

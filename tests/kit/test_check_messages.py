@@ -18,7 +18,7 @@ import pytest
 import autograders.kit as kit
 import memlab.i18n as i18n
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODULES = [ROOT / "autograders" / "kit.py", *sorted((ROOT / "autograders").glob("lesson[0-9][0-9].py"))]
 MESSAGE_CLASSES = {"CheckFailed", "NotGradedHere", "NotCheckedHere"}
 PHRASE_KEYWORDS = {"what", "passed"}

@@ -21,7 +21,7 @@ from test_gpu_evidence import run_call_script, write_fake_python
 from coursetools.gpu import gpu_evidence, make_wheelhouse
 from coursetools.gpu import make_te_wheelhouse as te_wh
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "coursetools" / "gpu" / "gpu_te.sh"
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from coursetools.gpu import gpu_evidence, make_wheelhouse
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STATUS = ("measured", "skipped: ", "failed: ")
 
 
@@ -208,7 +208,7 @@ def test_the_call_script_runs_its_specs_side_by_side_and_packs_every_record(tmp_
         "OUT": str(out),
         "BUDGET": "5",
         "EVIDENCE_WORK": str(tmp_path / "work"),
-        "TE_STORE": str(tmp_path / "no-te"),  # no Transformer Engine pieces (tests/test_gpu_te.py)
+        "TE_STORE": str(tmp_path / "no-te"),  # no Transformer Engine pieces (tests/tooling/test_gpu_te.py)
     }
     specs = [
         "1",

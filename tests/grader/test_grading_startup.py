@@ -23,7 +23,7 @@ import pytest
 
 from grading.worker import KIT_PRELOAD, PRELOAD, TORCH_PRELOAD, preload_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def imported_after(code: str) -> set[str]:

@@ -21,7 +21,7 @@ import pytest
 from autograders import kit
 from grading import judge
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LESSON_MODULES = sorted(f"autograders.{p.stem}" for p in (ROOT / "autograders").glob("lesson[0-9][0-9].py"))
 
 

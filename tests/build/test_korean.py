@@ -11,7 +11,7 @@ memlab.plots' Hangul font):
   missing glyphs.
 
 Every Korean solution is executed and graded (and every Korean learner version graded to 0) by the grading round
-trip, tests/test_grading_roundtrip.py: demonstrations left out in the full tier, every cell run in CI's drift check.
+trip, tests/grader/test_grading_roundtrip.py: demonstrations left out in the full tier, every cell run in CI's drift check.
 
 The build is tested on a copy of the fixture lesson with a small catalogue made here; the real catalogues are
 filled by translators.
@@ -65,7 +65,7 @@ KOREAN = {
     ),
 }
 KOREAN_MARKDOWN = [  # in cell order
-    "# 레슨 00 — 픽스처\n\n실제 형식으로 된 작은 레슨으로, 채점 파이프라인의 테스트(`tests/test_grading_mechanics.py`)가 "
+    "# 레슨 00 — 픽스처\n\n실제 형식으로 된 작은 레슨으로, 채점 파이프라인의 테스트(`tests/grader/test_grading_mechanics.py`)가 "
     "사용합니다. 검사는 옆에 있는 `fixture_checks.py`에 있으며 실제 검사 도구(`autograders.kit`)로 만들었습니다.",
     "### 연습 0.1 — 제곱 (4점)\n\n`x * x`를 돌려주는 `square(x)`를 작성하세요.",
     "### 연습 0.2 — 덧셈 (4점)\n\n`a + b`를 돌려주는 `add(a, b)`를 작성하세요.",

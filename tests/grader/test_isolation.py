@@ -29,7 +29,7 @@ from grading.course import prepare_kit
 from grading.kernels import kernel_manager_class
 from grading.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MiB = 2**20
 
 

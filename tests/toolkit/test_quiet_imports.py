@@ -19,7 +19,7 @@ import pytest
 
 from memlab.startup import QUIET_LOG_MESSAGES, quiet_optional_kernels
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MARKERS = ("gemm_4bit_forward", "pip install kernels", "kernels-community")
 
 

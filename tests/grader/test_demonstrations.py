@@ -17,7 +17,7 @@ import pytest
 from grading import demonstrations
 from grading.demonstrations import SKIPPED, TAG, decide, skip, tagged_sources, unsafe_tags
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = sorted((ROOT / "solutions").glob("*/*.ipynb"))
 LESSON_08 = ROOT / "solutions" / "08-capstone-7b-lora" / "08-capstone-7b-lora.ipynb"
 

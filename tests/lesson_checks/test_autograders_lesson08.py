@@ -45,7 +45,7 @@ from memlab.measure import measure_training_step
 pytestmark = pytest.mark.usefixtures("learner_mode")
 
 GiB = 1024**3
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTION = ROOT / "solutions" / "08-capstone-7b-lora" / "08-capstone-7b-lora.ipynb"
 HANDED_IN_RUN = ROOT / "tests" / "fixtures" / "handed-in" / "08-capstone-7b-lora" / "capstone-run"
 DEVICE = torch.device("cpu")
@@ -113,6 +113,8 @@ def stub(*args, **kwargs):
 # ---- e1: plan_for ------------------------------------------------------------------------------------------------
 
 
+# every plan_for case simulates a 7B step (over 10 s on 2 cores): the full tier; the wrong plans below stay fast
+@pytest.mark.slow
 def test_e1_the_solution_passes(capsys):
     check_plan_for(plan_for)
     assert "✓ e1_plan_for: 5 cases passed" in capsys.readouterr().out
@@ -492,12 +494,16 @@ def test_e4_wrong_merges_fail(wrong, expected):
 # ---- e5: measure_lora_step -----------------------------------------------------------------------------------------
 
 
+# a 7B layer built and stepped on the CPU, its peak against the simulation (over 10 s on 2 cores): the full tier
+@pytest.mark.slow
 def test_e5_passes_what_a_cpu_can_check(capsys, no_gpu):
     check_measure_lora_step(measure_lora_step)
     out = " ".join(capsys.readouterr().out.split())  # the kit wraps long messages
     assert out.startswith("e5_measure_lora_step: NOT CHECKED HERE: needs a CUDA GPU (>= 20 GiB)")
 
 
+# a 7B layer built and stepped on the CPU, its peak against the simulation (over 10 s on 2 cores): the full tier
+@pytest.mark.slow
 def test_e5_a_step_without_lora_fails(no_gpu):
     def full_model(seq, micro_batch, checkpointing, layers=32, device="cuda"):
         model = models.build_model(
@@ -527,13 +533,15 @@ def test_e5_a_result_without_a_peak_fails(no_gpu):
 @pytest.mark.parametrize(
     ("check_fn", "right", "count", "wrongs"),
     [
-        (
+        # e1 and e2 collect then judge a right answer and every wrong one (over 10 s each on 2 cores): the full tier
+        pytest.param(
             check_plan_for,
             plan_for,
             7,
             [_variant(micro_batches=(1,)), _variant(accumulation=1), _variant(unit=1e9), lambda g, s: None],
+            marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             check_add_lora,
             add_lora,
             6,
@@ -544,6 +552,7 @@ def test_e5_a_result_without_a_peak_fails(no_gpu):
                 _lora(init_lora_weights=False),
                 lambda model, rank: model,
             ],
+            marks=pytest.mark.slow,
         ),
         (check_merged_weight, merged_weight, 10, [_no_scaling, _in_place, _fp32_out]),
     ],

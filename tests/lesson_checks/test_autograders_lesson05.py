@@ -618,7 +618,8 @@ def mean_ignoring_the_count_in_trainer(outputs, labels, num_items_in_batch=None)
 STRICT_RIGHT = [
     (check_train_step_accumulated, train_step_accumulated, 5),
     (check_seq_cls_loss, seq_cls_loss, 6),
-    (check_zero_bytes_per_rank, zero_bytes_per_rank, 14),
+    # its drawn cases are measured on 2 gloo processes launched by torchrun (over 10 s): the full tier
+    pytest.param(check_zero_bytes_per_rank, zero_bytes_per_rank, 14, marks=pytest.mark.slow),
 ]
 
 STRICT_WRONG = [

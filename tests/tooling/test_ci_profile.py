@@ -10,13 +10,13 @@ from pathlib import Path
 
 from coursetools import ci_profile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" tests="4">
-<testcase classname="tests.test_kit" name="test_a" time="0.50"/>
-<testcase classname="tests.test_kit" name="test_b" time="1.50"><skipped message="no gpu"/></testcase>
-<testcase classname="tests.test_grading_roundtrip" name="test_solution_gets_full_points[01]" time="300.25"/>
+<testcase classname="tests.kit.test_kit" name="test_a" time="0.50"/>
+<testcase classname="tests.kit.test_kit" name="test_b" time="1.50"><skipped message="no gpu"/></testcase>
+<testcase classname="tests.grader.test_grading_roundtrip" name="test_solution_gets_full_points[01]" time="300.25"/>
 <testcase classname="solutions.01-memory-anatomy.01-memory-anatomy.ipynb" name="Cell 3" time="2.0">
 <failure message="boom"/></testcase>
 </testsuite></testsuites>
@@ -41,11 +41,11 @@ def test_the_profile_has_every_step_and_each_report_s_slowest_items(tmp_path):
     report = data["pytest"]["pinned"]
     assert report["items"] == 4 and report["outcomes"] == {"failed": 1, "passed": 2, "skipped": 1}
     assert report["slowest_items"][0] == {
-        "file": "tests/test_grading_roundtrip.py",
+        "file": "tests/grader/test_grading_roundtrip.py",
         "name": "test_solution_gets_full_points[01]",
         "seconds": 300.25,
     }
-    assert report["seconds_by_file"]["tests/test_kit.py"] == 2.0
+    assert report["seconds_by_file"]["tests/kit/test_kit.py"] == 2.0
     assert report["seconds_by_file"]["solutions/01-memory-anatomy/01-memory-anatomy.ipynb"] == 2.0
 
 
