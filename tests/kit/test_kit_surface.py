@@ -13,7 +13,7 @@ from nbgrader_pipeline import FIXTURE_SOLUTIONS
 
 from autograders import kit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted((ROOT / "autograders").glob("lesson[0-9][0-9].py")) + [
     FIXTURE_SOLUTIONS / "00-fixture" / "fixture_checks.py"
 ]
