@@ -66,7 +66,7 @@ from memlab.protocol import GRADING_ENV, SEED_ENV
 
 #: what a lesson's check module (autograders/lessonNN.py) is written with, as `from autograders import kit` and
 #: `kit.check(...)`, `kit.expect_close(...)`, ... (`_` alone is imported bare, `from autograders.kit import _`, so
-#: that Babel's extractor finds its messages); tests/test_kit_surface.py holds the lesson modules to it. The
+#: that Babel's extractor finds its messages); tests/kit/test_kit_surface.py holds the lesson modules to it. The
 #: grader's side (collect, judge, context, Transcript, REGISTRY, ...) is read as `kit.<name>` and not listed here.
 __all__ = [
     "DEFERRED",
