@@ -694,6 +694,11 @@ def outside_sandbox_view(folders: list[str]) -> str | None:
     return None
 
 
+def _calls(func: ast.expr, name: str) -> bool:
+    """`func` is `name` or `<module>.name` (the lessons call the kit as `kit.needs_hardware`)."""
+    return getattr(func, "id", None) == name or (isinstance(func, ast.Attribute) and func.attr == name)
+
+
 def check_requirements(module_file: Path) -> dict[str, list[str]]:
     """{check name: what its `needs_hardware(...)` asks} of every @check in a module (read, not imported)."""
     found: dict[str, list[str]] = {}
@@ -705,7 +710,7 @@ def check_requirements(module_file: Path) -> dict[str, list[str]]:
             d.args[0].value
             for d in node.decorator_list
             if isinstance(d, ast.Call)
-            and getattr(d.func, "id", None) == "check"
+            and _calls(d.func, "check")
             and d.args
             and isinstance(d.args[0], ast.Constant)
         ]
@@ -713,7 +718,7 @@ def check_requirements(module_file: Path) -> dict[str, list[str]]:
             continue
         needs = []
         for call in ast.walk(node):
-            if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "needs_hardware":
+            if isinstance(call, ast.Call) and _calls(call.func, "needs_hardware"):
                 needs += [kw.arg for kw in call.keywords if kw.arg != "passed"]
         found[names[0]] = needs
     return found
