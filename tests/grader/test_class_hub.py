@@ -580,7 +580,7 @@ def _run_the_class(base, teacher, alice, shots, clock, expect, sync_playwright, 
         view = student.locator("#submitted_assignments_list").get_by_text("(view feedback)")
         view.click()
         item = student.locator(".jp-DirListing-item", has_text=f"{SLUG}.html")
-        item.dblclick()
+        item.dblclick(timeout=STEP_TIMEOUT_MS)  # the file browser lists the fetched feedback after a reload
         headline = f"{SLUG} (Score: {total:.1f} / 12.0)"
         feedback_page = student.frame_locator(".jp-HTMLViewer iframe")
         expect(feedback_page.locator("h4").first).to_contain_text(headline)
