@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -578,9 +579,13 @@ def _run_the_class(base, teacher, alice, shots, clock, expect, sync_playwright, 
         expect(submitted).to_contain_text("feedback available to fetch")
         submitted.get_by_role("button", name="Fetch Feedback").click()
         view = student.locator("#submitted_assignments_list").get_by_text("(view feedback)")
-        view.click()
-        item = student.locator(".jp-DirListing-item", has_text=f"{SLUG}.html")
-        item.dblclick(timeout=STEP_TIMEOUT_MS)  # the file browser lists the fetched feedback after a reload
+        view.click()  # the file browser goes to the fetched feedback's folder
+        expect(student.locator(".jp-BreadCrumbs")).to_contain_text("feedback", timeout=STEP_TIMEOUT_MS)
+        (fetched_feedback,) = (Path(alice.pw_dir) / SLUG / "feedback").glob(f"*/{SLUG}.html")
+        # opened by its URL: double-clicking it in the listing of a folder named by a timestamp (spaces, colons)
+        # timed out on a loaded machine although the listing had been read
+        relative = urllib.parse.quote(fetched_feedback.relative_to(alice.pw_dir).as_posix())
+        student.goto(f"{_server(hub, alice)}/lab/tree/{relative}")
         headline = f"{SLUG} (Score: {total:.1f} / 12.0)"
         feedback_page = student.frame_locator(".jp-HTMLViewer iframe")
         expect(feedback_page.locator("h4").first).to_contain_text(headline)
