@@ -252,27 +252,25 @@ def _live_sizes(live: dict[int, list]) -> list[tuple[int, list]]:
     return [(record[0], record) for record in live.values()]
 
 
-def _optimizers(optimizer) -> list:
-    """`optimizer`, and the local optimizer it wraps if it is a wrapper that keeps the state there
-    (`torch.distributed.optim.ZeroRedundancyOptimizer.optim`: the AdamW of this rank's shard); for a list, tuple or
-    dict of optimizers (one per parameter, stepped inside backward), each of them."""
-    if optimizer is None:
-        return []
-    if isinstance(optimizer, dict):
-        optimizer = list(optimizer.values())
-    if isinstance(optimizer, (list, tuple)):
-        return [inner for each in optimizer for inner in _optimizers(each)]
-    inner = getattr(optimizer, "optim", None)
-    return [optimizer, inner] if isinstance(inner, torch.optim.Optimizer) else [optimizer]
-
-
 def _stepped(optimizer) -> list:
-    """The optimizers whose step() the caller calls: `optimizer`, or each of a list, tuple or dict of them."""
+    """The optimizers whose step() the caller calls: `optimizer`, or each of a list, tuple or dict of them (one per
+    parameter, stepped inside backward)."""
     if optimizer is None:
         return []
     if isinstance(optimizer, dict):
         return list(optimizer.values())
     return list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
+
+
+def _optimizers(optimizer) -> list:
+    """The optimizers that hold state: each stepped one (`_stepped`), and the local optimizer it wraps if it is a
+    wrapper that keeps the state there (`torch.distributed.optim.ZeroRedundancyOptimizer.optim`: the AdamW of this
+    rank's shard)."""
+    found = []
+    for each in _stepped(optimizer):
+        inner = getattr(each, "optim", None)
+        found += [each, inner] if isinstance(inner, torch.optim.Optimizer) else [each]
+    return found
 
 
 class _Session:
