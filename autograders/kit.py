@@ -683,6 +683,55 @@ def _call(fn, args, kwargs, case: str):
         ) from None
 
 
+#: the aten ops of running a model: a function that runs any of them while it is asked for a prediction measured
+MODEL_OPS = frozenset({"mm", "bmm", "addmm", "matmul", "_softmax", "linear"})
+
+
+def call_predicting(fn, *args, case: str, **kwargs):
+    """`call` for an exercise that asks the learner to *predict* what a model does from its numbers: the model ops
+    (`MODEL_OPS`) torch ran during the call are recorded beside its result, as a second learner step, and a function
+    that ran one fails, since it measured instead (on real tensors, or on the meta device or fake tensors: torch
+    dispatches those ops too). A check that calls it is declared `rerun=True`: under grading both steps are taken
+    again in a fresh process where none of the notebook's other code ran first (tests/grader/test_judge.py holds
+    the lessons to it), so a patch of the recording made earlier in the kernel counts for nothing."""
+    seen: dict[str, list[str]] = {}
+
+    def run():
+        recorder = _op_recorder()
+        with recorder:
+            got = call(fn, *args, case=case, **kwargs)
+        seen["ran"] = sorted(recorder.ops & MODEL_OPS)
+        return got
+
+    got = learner(case, run)
+    ran = learner(f"{case}: the model ops torch ran during the call", lambda: seen["ran"])
+    if ran:
+        raise CheckFailed(
+            _(
+                "case {case}: your function ran a model (torch ran {ops}): the exercise asks for a formula in the "
+                "numbers it is given, not a measurement."
+            ).format(case=case, ops=", ".join(ran))
+        )
+    return got
+
+
+def _op_recorder():
+    """A torch dispatch mode that records the name of every aten op run inside it (imported here: the kit itself
+    does not need torch)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpRecorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    return OpRecorder()
+
+
 def _learner_line(error: BaseException) -> str:
     """' (at <file>:<line>: <code>)' for the innermost frame outside this kit and outside site-packages."""
     frames = traceback.extract_tb(error.__traceback__)

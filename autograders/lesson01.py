@@ -6,7 +6,8 @@ computes them answers the exercises, so it lives in the grading references (auto
 in the learner release): the public cases compare with values stored from it (autograders/data/lesson01.json,
 scripts/make_check_data.py), and under grading every check also draws cases of its own (`drawn_cases`: models,
 optimizers, shapes and set-ups that no public case has), which only the judge measures, in reference steps
-(autograders/kit.py).
+(autograders/kit.py). Exercise 1.3 asks to *predict* what the tracker measures: its check refuses a function that
+runs the model (`kit.call_predicting`), and under grading is collected again in a fresh process (`rerun=True`).
 """
 
 from __future__ import annotations
@@ -213,14 +214,14 @@ def _expected_live(name: str, widths, batch: int, optimizer_name: str, public: b
     return kit.references("lesson01").live_bytes(widths, batch, optimizer_name)
 
 
-@kit.check("e3_predict_live_bytes", points=3)
+@kit.check("e3_predict_live_bytes", points=3, rerun=True)
 def check_predict_live_bytes(predict_live_bytes) -> int:
     kit.expect_callable(predict_live_bytes, "predict_live_bytes")
     cases = [(_live_case_name(*case), case, True) for case in E3_CASES]
     cases += [(*case, False) for case in kit.drawn_cases("e3_predict_live_bytes", 2, _drawn_live_case)]
     for name, (widths, batch, optimizer_name), public in cases:
         measured = kit.reference(lambda: _expected_live(name, widths, batch, optimizer_name, public))  # noqa: B023
-        got = kit.call(predict_live_bytes, list(widths), batch, optimizer_name, case=name)
+        got = kit.call_predicting(predict_live_bytes, list(widths), batch, optimizer_name, case=name)
         kit.expect_keys(got, MARKS, case=name, what=_("the returned dict"))
         for mark in MARKS:
             kit.expect_close(

@@ -52,7 +52,8 @@ KNOWN: dict[tuple[str, str], str] = {
         "autograders.lesson04.measure_layer_saved_bytes",
         "4.1 llama_layer_saved_bytes",
     ): "the lesson's notebook "
-    "imports it after Exercise 4.1, to compare the learner's formula with the measurement",
+    "imports it after Exercise 4.1, to compare the learner's formula with the measurement; the check refuses a "
+    "function that runs a model (kit.call_predicting), as this one does, and takes that record in a fresh process",
 }
 
 #: function -> why it may run out of its time on the cases' arguments without an answer to give

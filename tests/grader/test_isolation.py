@@ -803,6 +803,49 @@ def test_a_rerun_measures_in_a_fresh_processs_torch_state(kit_dir, workdir, tmp_
     assert records["one backward"] == {"label": "one backward", "value": wire.encode(4.0)}, records
 
 
+PREDICT_CHECKS = """
+from autograders.kit import call_predicting, check
+
+
+@check("e1_predict", points=1, rerun=True)
+def check_predict(fn):
+    call_predicting(fn, 8, case="n=8")
+    return 1
+"""
+
+#: a notebook whose prediction measures, and which earlier empties the list of ops the kit watches for
+MEASURES_BEHIND_A_PATCH = [
+    ["import torch", False],
+    ["import autograders.kit as _kit\n_kit.MODEL_OPS = frozenset()", False],
+    ["def predict(n):\n    return torch.nn.Linear(n, n)(torch.ones(1, n)).numel() * 4", False],
+]
+
+
+def test_a_prediction_is_watched_in_a_process_the_notebook_s_other_code_never_reached(
+    kit_dir, workdir, tmp_path
+):
+    """In the kernel, a statement before the check can blind the kit to the model the learner's function runs
+    (Exercises 1.3 and 4.1 ask for a prediction of what memlab's tracker measures): the kernel's record says no model
+    op ran. The judge collects the check again, and there only the function and what it reads are loaded."""
+    import autograders.kit as kit_module
+
+    checks: dict = {"__name__": "lesson_checks_in_the_kernel"}
+    exec(PREDICT_CHECKS, checks)
+    notebook: dict = {}
+    exec(MEASURES_BEHIND_A_PATCH[0][0] + "\n" + MEASURES_BEHIND_A_PATCH[2][0], notebook)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kit_module, "MODEL_OPS", frozenset())  # what the patching statement does in the kernel
+        records = kit_module.collect(checks["check_predict"].check, [notebook["predict"]], {}).records
+    kernel = {r.label: wire.decode(r.value) for r in records if r.value is not None}
+    assert kernel["n=8: the model ops torch ran during the call"] == []
+
+    transcripts, error = rerun_check(
+        kit_dir, workdir, tmp_path, PREDICT_CHECKS, "check_predict", ("predict",), MEASURES_BEHIND_A_PATCH
+    )
+    assert error == ""
+    assert _recorded(transcripts)["n=8: the model ops torch ran during the call"] == ["addmm"]
+
+
 WRITTEN_CHECKS = """
 from autograders.kit import call, check, expect_callable, expect_close, reference
 

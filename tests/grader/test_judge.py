@@ -77,6 +77,32 @@ def test_needs_hardware_is_called_only_by_the_checks_themselves():
                 )
 
 
+def test_a_check_that_asks_for_a_prediction_is_collected_again():
+    """`kit.call_predicting` records the model ops a learner's function ran, in the process that runs it: in the
+    grading kernel, code of the notebook that ran before the check could have patched that record. Only a check
+    collected again in a fresh process (`rerun=True`) can trust it. A check calls it directly (a helper that called
+    it for a check would escape this test, as `needs_hardware` would above)."""
+    predicting = []
+    for name in LESSON_MODULES:
+        tree = ast.parse((ROOT / "autograders" / f"{name.split('.')[-1]}.py").read_text())
+        for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+            calls = any(isinstance(n, ast.Call) and _is(n.func, "call_predicting") for n in ast.walk(fn))
+            decorators = [d for d in fn.decorator_list if isinstance(d, ast.Call) and _is(d.func, "check")]
+            if not calls:
+                continue
+            assert decorators, f"{name}.{fn.name} calls call_predicting but is not a check"
+            rerun = {k.arg: k.value for k in decorators[0].keywords}.get("rerun")
+            assert isinstance(rerun, ast.Constant) and rerun.value is True, (
+                f"{name}.{fn.name} is not rerun=True"
+            )
+            predicting.append(f"{name}.{fn.name}")
+    # Exercises 1.3 and 4.1 ask for predictions of what memlab's tracker measures
+    assert predicting == [
+        "autograders.lesson01.check_predict_live_bytes",
+        "autograders.lesson04.check_llama_layer_saved_bytes",
+    ]
+
+
 CHECKS = """
 from autograders.kit import call, check, expect_close, needs_hardware, reference
 

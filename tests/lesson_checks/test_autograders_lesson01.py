@@ -389,6 +389,37 @@ def test_e3_forgetting_the_int64_labels_fails():
         check_predict_live_bytes(wrong)
 
 
+def test_e3_measuring_instead_of_predicting_is_refused():
+    """Exercise 1.3 asks for a prediction; the tracker measures the same numbers. A function that runs the model (on
+    real tensors, or on the meta device, or on fake tensors, which need no memory at any size) fails: before the
+    check recorded the model ops the call ran, each of these earned the exercise's points."""
+    from torch._subclasses import FakeTensorMode
+
+    from autograders.references.lesson01 import live_bytes
+    from memlab.estimate import simulate_training_step
+    from memlab.models import mlp
+
+    def simulated(widths, batch, optimizer):
+        trace = simulate_training_step(
+            lambda: mlp(widths),
+            lambda: (torch.randn(batch, widths[0]), torch.randint(0, widths[-1], (batch,))),
+            lambda params: (
+                torch.optim.AdamW(params) if optimizer == "adamw" else torch.optim.SGD(params, lr=0.1)
+            ),
+        )
+        return {m.name: m.current_bytes for m in trace.marks}
+
+    def forward_on_fake_tensors(widths, batch, optimizer):
+        with FakeTensorMode():
+            mlp(widths)(torch.randn(batch, widths[0]))
+        return predict_live_bytes(widths, batch, optimizer)
+
+    for measures in (live_bytes, simulated, forward_on_fake_tensors):
+        message = failure(check_predict_live_bytes, measures)
+        assert f"{FIRST_E3_CASE}your function ran a model (torch ran " in message, message
+        assert "addmm" in message and "not a measurement" in message
+
+
 def test_e3_adamw_state_for_every_optimizer_fails_on_sgd():
     def always_adamw(widths, batch, optimizer):
         return predict_live_bytes(widths, batch, "adamw")
