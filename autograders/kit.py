@@ -73,6 +73,7 @@ __all__ = [
     "CheckFailed",
     "_",
     "call",
+    "call_predicting",
     "check",
     "drawn",
     "drawn_cases",

@@ -1,7 +1,7 @@
 """Lesson 01's checks pass the reference solution and fail realistic wrong answers with a helpful message.
 
-The reference functions are copied from the solution cells of solutions/01-memory-anatomy/01-memory-anatomy.ipynb
-(the notebook itself is executed by the notebook tests). Each wrong answer is a mistake a learner is likely to
+The right answers are the solution notebook's own (solutions/01-memory-anatomy/01-memory-anatomy.ipynb, loaded by tests/solution_code.py;
+the notebook itself is executed by the notebook tests). Each wrong answer is a mistake a learner is likely to
 make; the test asserts the check names the case that exposes it and, where the answer is hidden (reveal=False),
 that the message does not give the expected number away.
 """
@@ -12,6 +12,7 @@ import re
 import pytest
 import torch
 from check_helpers import assert_hidden, failure
+from solution_code import solution
 
 import autograders.kit as kit
 from autograders.kit import CheckFailed, NotGradedHere
@@ -24,61 +25,24 @@ from autograders.lesson01 import (
 )
 from memlab.hardware import package_importable
 
+#: the solution's own answers (tests/solution_code.py): the right answers every wrong variant below starts from
+(
+    optimizer_state_bytes,
+    adamw8bit_state_bytes,
+    predict_live_bytes,
+    kv_cache_bytes,
+    training_state_bytes,
+) = solution(
+    "01-memory-anatomy",
+    "optimizer_state_bytes",
+    "adamw8bit_state_bytes",
+    "predict_live_bytes",
+    "kv_cache_bytes",
+    "training_state_bytes",
+)
+
 HAS_BNB = package_importable("bitsandbytes")
 needs_bnb = pytest.mark.skipif(not HAS_BNB, reason="bitsandbytes is not importable here")
-
-
-# ---- the reference solutions (copied from the solution cells) -------------------------------------------------
-
-
-def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    storages = {}
-    for state in optimizer.state.values():
-        for value in state.values():
-            if isinstance(value, torch.Tensor):
-                storage = value.untyped_storage()
-                storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())
-
-
-def adamw8bit_state_bytes(shapes: list[tuple[int, ...]], min_8bit_size: int = 4096) -> int:
-    total, any_8bit = 0, False
-    for shape in shapes:
-        n = math.prod(shape)
-        if n < min_8bit_size:
-            total += 2 * 4 * n  # two fp32 moments
-        else:
-            any_8bit = True
-            total += 2 * n + 2 * 4 * math.ceil(n / 256)  # two uint8 moments + their fp32 block scales
-    return total + (2 * 256 * 4 if any_8bit else 0)  # the two shared quantisation maps
-
-
-def predict_live_bytes(widths: list[int], batch: int, optimizer: str) -> dict[str, int]:
-    n_params = sum(fan_in * fan_out + fan_out for fan_in, fan_out in zip(widths[:-1], widths[1:]))
-    n_tensors = 2 * (len(widths) - 1)
-    params = 4 * n_params
-    inputs = 4 * batch * widths[0] + 8 * batch  # x in fp32, y in int64
-    saved = sum(4 * batch * w for w in widths[1:-1])  # each ReLU output (= next Linear's input)
-    saved += 4 * batch * widths[-1] + 2 * 4  # log-probabilities + loss + total_weight
-    state = {"sgd": 0, "sgd-momentum": 4 * n_params, "adamw": 8 * n_params + 4 * n_tensors}[optimizer]
-    return {
-        "after forward": params + inputs + saved,
-        "after backward": params + inputs + params,  # + gradients
-        "after optimizer step": params + inputs + params + state,
-    }
-
-
-def kv_cache_bytes(config, batch: int, seq: int, bytes_per_value: float = 2) -> float:
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    return 2 * batch * seq * config.num_hidden_layers * kv_heads * head_dim * bytes_per_value
-
-
-def training_state_bytes(n_params: int, n_trainable: int, weights: str, optimizer: str) -> float:
-    value_bytes = {"fp32": 4, "bf16": 2, "fp16": 2}[weights]
-    state = {"sgd": 0, "sgd-momentum": 4, "adamw": 8, "adamw-8bit": 2, "lion": 4}[optimizer]
-    master = 0 if weights == "fp32" else 4
-    return n_params * value_bytes + n_trainable * (value_bytes + master + state)
 
 
 ALL_CHECKS = [

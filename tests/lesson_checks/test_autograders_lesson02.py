@@ -1,7 +1,7 @@
 """Lesson 02's checks pass the reference solution and fail realistic wrong answers with a helpful message.
 
-The reference functions are copied from the solution cells of solutions/02-numeric-formats/02-numeric-formats.ipynb
-(the notebook itself is executed by the notebook tests). Each wrong answer is a mistake a learner is likely to
+The right answers are the solution notebook's own (solutions/02-numeric-formats/02-numeric-formats.ipynb, loaded by tests/solution_code.py;
+the notebook itself is executed by the notebook tests). Each wrong answer is a mistake a learner is likely to
 make; the test asserts the check names the case that exposes it and does not give the expected value away.
 """
 
@@ -13,62 +13,21 @@ import numpy as np
 import pytest
 import torch
 from check_helpers import assert_hidden, failure
+from solution_code import solution
 
 from autograders import kit, lesson02
 from autograders.kit import CheckFailed
 from autograders.lesson02 import check_decode, check_format_limits, check_round_to_bf16, check_ulp
 from memlab.formats import FORMATS, LESSON_FORMATS
 
-# ---- the reference solutions (copied from the solution cells) -------------------------------------------------
-
-
-def decode(bits: int, fmt: str) -> float:
-    f = FORMATS[fmt]
-    e_bits, m_bits = f.exponent_bits, f.mantissa_bits
-    sign = -1.0 if bits >> (e_bits + m_bits) & 1 else 1.0
-    exponent = bits >> m_bits & (2**e_bits - 1)
-    mantissa = bits & (2**m_bits - 1)
-    if exponent == 2**e_bits - 1:  # the all-ones exponent
-        if f.nan_encoding == "ieee":
-            return sign * math.inf if mantissa == 0 else math.nan
-        if mantissa == 2**m_bits - 1:  # fn: only S.1111.111 is NaN, the rest is an ordinary binade
-            return math.nan
-    if exponent == 0:  # zero or subnormal: no implicit 1, and the exponent of the smallest normal
-        return sign * math.ldexp(mantissa, 1 - f.bias - m_bits)
-    return sign * math.ldexp(2**m_bits + mantissa, exponent - f.bias - m_bits)
-
-
-def format_limits(exponent_bits: int, mantissa_bits: int, nan_encoding: str = "ieee") -> dict:
-    bias = 2 ** (exponent_bits - 1) - 1
-    emin = 1 - bias
-    if nan_encoding == "ieee":  # the all-ones exponent is reserved for inf and NaN
-        emax, top = 2**exponent_bits - 2 - bias, 2 - 2.0**-mantissa_bits
-    else:  # fn: the all-ones exponent is a binade whose all-ones mantissa is NaN
-        emax, top = 2**exponent_bits - 1 - bias, 2 - 2.0 ** (1 - mantissa_bits)
-    return {
-        "max": top * 2.0**emax,
-        "min_normal": 2.0**emin,
-        "min_subnormal": 2.0 ** (emin - mantissa_bits),
-        "eps": 2.0**-mantissa_bits,
-    }
-
-
-def round_to_bf16(x: torch.Tensor) -> torch.Tensor:
-    bits = x.view(torch.int32)
-    lsb = (bits >> 16) & 1  # the last bit that bf16 keeps: a tie goes where it is 0
-    rounded = (bits + 0x7FFF + lsb) & -0x10000  # + just under half a bf16 ulp (+1 when odd), then truncate
-    nan = (bits | 0x00400000) & -0x10000  # set the quiet bit: a NaN stays NaN, sign kept
-    return torch.where(torch.isnan(x), nan, rounded).view(torch.float32)
-
-
-def ulp(x: float, fmt: str) -> float:
-    f = FORMATS[fmt]
-    emin = 1 - f.bias  # exponent of the smallest normal number
-    if x == 0:
-        return 2.0 ** (emin - f.mantissa_bits)
-    exponent = math.frexp(x)[1] - 1  # floor(log2|x|), exactly (math.log2 rounds)
-    return 2.0 ** (max(exponent, emin) - f.mantissa_bits)
-
+#: the solution's own answers (tests/solution_code.py): the right answers every wrong variant below starts from
+(
+    decode,
+    format_limits,
+    round_to_bf16,
+    ulp,
+    hex32,
+) = solution("02-numeric-formats", "decode", "format_limits", "round_to_bf16", "ulp", "hex32")
 
 #: (exponent bits, mantissa bits, NaN encoding) of each format, for the wrong answers below
 LAYOUTS = {
@@ -79,10 +38,6 @@ LAYOUTS = {
 
 ALL_CHECKS = [check_decode, check_format_limits, check_round_to_bf16, check_ulp]
 IDS = ["e1", "e2", "e3", "e4"]
-
-
-def hex32(value: float) -> str:
-    return f"0x{torch.tensor([value]).view(torch.int32).item() & 0xFFFFFFFF:08X}"
 
 
 pytestmark = pytest.mark.usefixtures("learner_mode")

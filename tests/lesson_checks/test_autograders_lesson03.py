@@ -1,7 +1,7 @@
 """Lesson 03's checks pass the reference solution and fail realistic wrong answers with a helpful message.
 
-The reference solutions are copied from the solution cells of solutions/03-amp-gradscaler/03-amp-gradscaler.ipynb
-(the notebook itself is executed by the notebook tests). Each wrong answer is a mistake a learner is likely to
+The right answers are the solution notebook's own (solutions/03-amp-gradscaler/03-amp-gradscaler.ipynb, loaded by tests/solution_code.py;
+the notebook itself is executed by the notebook tests). Each wrong answer is a mistake a learner is likely to
 make; the test asserts that the check names the case (and step) that exposes it and, where the answer is hidden
 (reveal=False), that the message does not give the expected number away. The GPU check's logic is run here on the
 CPU (`run_measure_amp_step_check(fn, "cpu")`, the same code at tiny sizes); the check itself says NOT CHECKED HERE
@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from check_helpers import assert_hidden, failure
+from solution_code import solution
 
 import autograders.kit as kit
 import memlab.hardware as hardware
@@ -32,90 +33,15 @@ from autograders.lesson03 import (
 from autograders.references.lesson03 import measure_amp_step as reference_measure_amp_step
 from memlab.measure import track_memory
 
-# ---- the reference solutions (copied from the solution cells) -------------------------------------------------
-
-
-def underflow_fraction(grads: list[torch.Tensor], scale: float, dtype: torch.dtype = torch.float16) -> float:
-    lost = total = 0
-    for g in grads:
-        if g is None:
-            continue
-        nonzero = g != 0
-        total += int(nonzero.sum())
-        lost += int((nonzero & ((g * scale).to(dtype) == 0)).sum())
-    return lost / total if total else 0.0
-
-
-class DynamicLossScaler:
-    def __init__(
-        self,
-        init_scale: float = 2.0**16,
-        growth_factor: float = 2.0,
-        backoff_factor: float = 0.5,
-        growth_interval: int = 2000,
-    ):
-        self._scale = torch.tensor(init_scale, dtype=torch.float32)  # float32, as torch keeps it
-        self.growth_factor = growth_factor
-        self.backoff_factor = backoff_factor
-        self.growth_interval = growth_interval
-        self._clean_steps = 0  # steps in a row without inf/NaN since the last growth or backoff
-        self._found_inf = None  # None until this iteration's gradients are unscaled
-
-    def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        return loss * self._scale.to(loss.device)
-
-    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        if self._found_inf is not None:
-            raise RuntimeError("unscale_() has already been called since the last update()")
-        inv_scale = self._scale.double().reciprocal().float()
-        self._found_inf = False
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                p.grad.mul_(inv_scale.to(p.grad.device))
-                if not torch.isfinite(p.grad).all():
-                    self._found_inf = True
-
-    def step(self, optimizer: torch.optim.Optimizer) -> bool:
-        if self._found_inf is None:
-            self.unscale_(optimizer)
-        if self._found_inf:
-            return False
-        optimizer.step()
-        return True
-
-    def update(self) -> None:
-        if self._found_inf:
-            self._scale = self._scale * self.backoff_factor
-            self._clean_steps = 0
-        else:
-            self._clean_steps += 1
-            if self._clean_steps == self.growth_interval:
-                grown = self._scale * self.growth_factor
-                if torch.isfinite(grown):
-                    self._scale = grown
-                self._clean_steps = 0
-        self._found_inf = None
-
-    def get_scale(self) -> float:
-        return self._scale.item()
-
-
-def amp_train_step(
-    model, batch, optimizer, scaler, max_norm: float, dtype: torch.dtype = torch.float16
-) -> tuple[float, float]:
-    x, y = batch
-    with torch.autocast(device_type=x.device.type, dtype=dtype):
-        loss = F.cross_entropy(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)  # the real gradients, before clipping
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)  # skips the step on inf/NaN (already unscaled: not twice)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.item(), grad_norm.item()
-
+#: the solution's own answers (tests/solution_code.py): the right answers every wrong variant below starts from
+(
+    underflow_fraction,
+    DynamicLossScaler,
+    amp_train_step,
+    clip_before_unscale,
+) = solution(
+    "03-amp-gradscaler", "underflow_fraction", "DynamicLossScaler", "amp_train_step", "clip_before_unscale"
+)
 
 # Exercise 3.4's answer: the grading reference (the same code, kept out of the learner release)
 measure_amp_step = reference_measure_amp_step
@@ -688,18 +614,6 @@ def test_e2_a_step_that_does_not_match_what_it_returns_fails():
 
 E3 = "e3_amp_train_step: case "
 FIRST_E3 = E3 + "fp16, max_norm=0.05 (clipping active), GradScaler growth_interval=1, step 1: "
-
-
-def clip_before_unscale(model, batch, optimizer, scaler, max_norm, dtype=torch.float16):
-    x, y = batch
-    with torch.autocast(device_type=x.device.type, dtype=dtype):
-        loss = F.cross_entropy(model(x), y)
-    scaler.scale(loss).backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.item(), grad_norm.item()
 
 
 def test_e3_clipping_before_unscale_fails_with_a_hint():

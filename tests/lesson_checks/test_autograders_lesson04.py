@@ -1,7 +1,8 @@
 """Lesson 04's checks pass the reference solutions and fail realistic wrong answers with a helpful message.
 
-The right answers are the grading references (autograders/references/lesson04.py: the same code as the solution
-cells of solutions/04-checkpointing/04-checkpointing.ipynb, which the notebook tests execute). Each wrong answer is
+The right answers are the solution notebook's own (solutions/04-checkpointing/04-checkpointing.ipynb, loaded by
+tests/solution_code.py; the notebook tests execute it); the grading references (autograders/references/lesson04.py)
+must agree with them. Each wrong answer is
 a mistake a learner is likely to make; the test asserts that the check names the case that exposes it and, where
 the answer is hidden, that the message does not give the expected number away. The GPU check's logic runs here on
 the CPU (`run_checkpointed_stack_check(fn, "cpu")`); the check itself says NOT CHECKED HERE without a CUDA GPU.
@@ -17,6 +18,7 @@ import time
 import pytest
 import torch
 from check_helpers import assert_hidden, failure
+from solution_code import solution
 from torch.utils.checkpoint import checkpoint
 
 import autograders.kit as kit
@@ -34,25 +36,19 @@ from autograders.lesson04 import (
     stored,
 )
 from autograders.references.lesson04 import llama_layer_saved_bytes as reference_formula
-from autograders.references.lesson04 import measure_checkpointed_stack as reference_stack
-from autograders.references.lesson04 import plan_checkpointing as reference_plan
 from autograders.references.lesson04 import plan_table
 from memlab.measure import track_memory
 
+#: the solution's own answers (tests/solution_code.py): the right answers every wrong variant below starts from
+(
+    llama_layer_saved_bytes,
+    plan_checkpointing,
+    measure_checkpointed_stack,
+) = solution(
+    "04-checkpointing", "llama_layer_saved_bytes", "plan_checkpointing", "measure_checkpointed_stack"
+)
+
 pytestmark = pytest.mark.usefixtures("learner_mode")
-
-
-# the right answers (the grading references are the solution cells' code)
-def llama_layer_saved_bytes(config, batch, seq, bytes_per_value):
-    return reference_formula(config, batch, seq, bytes_per_value)
-
-
-def plan_checkpointing(blocks, x, budget_bytes):
-    return reference_plan(blocks, x, budget_bytes)
-
-
-def measure_checkpointed_stack(layers, hidden, position_embeddings, use_checkpoint, steps=3):
-    return reference_stack(layers, hidden, position_embeddings, use_checkpoint, steps)
 
 
 @check("e3_measure_checkpointed_stack", points=1, rerun=True)
@@ -580,7 +576,9 @@ def test_the_grading_kernel_computes_no_expected_value(
     assert kit.judge(check_fn.check, travelled) == kit.Verdict(True, cases=cases)
 
 
-def test_only_the_gpu_check_is_collected_again_when_graded():
+def test_the_gpu_check_and_the_prediction_are_collected_again_when_graded():
+    """Exercise 4.3 measures the learner's code; 4.1 asks for a prediction, watched for a model run
+    (kit.call_predicting), which only a fresh process can be trusted to see. 4.2's plan is measured by the check."""
     assert check_measure_checkpointed_stack.check.rerun
-    assert not check_llama_layer_saved_bytes.check.rerun
+    assert check_llama_layer_saved_bytes.check.rerun
     assert not check_plan_checkpointing.check.rerun

@@ -1,7 +1,7 @@
 """Lesson 05's checks pass the solution and fail realistic wrong answers with a helpful message.
 
-The right answers are copied from the solution cells of solutions/05-accumulation/05-accumulation.ipynb (the
-notebook itself is executed by the notebook tests); the grading references (autograders/references/lesson05.py, a
+The right answers are the solution notebook's own (solutions/05-accumulation/05-accumulation.ipynb, loaded by tests/solution_code.py;
+the notebook itself is executed by the notebook tests); the grading references (autograders/references/lesson05.py, a
 second way to write each answer) must pass too. Each wrong answer is a mistake a learner is likely to make; the test
 asserts that the check names the case that exposes it and says what is wrong.
 """
@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from check_helpers import failure
+from solution_code import solution
 
 from autograders.kit import CheckFailed
 from autograders.lesson05 import (
@@ -32,32 +33,14 @@ from autograders.lesson05 import (
 )
 from autograders.references import lesson05 as ref
 
+#: the solution's own answers (tests/solution_code.py): the right answers every wrong variant below starts from
+(
+    train_step_accumulated,
+    seq_cls_loss,
+    zero_bytes_per_rank,
+) = solution("05-accumulation", "train_step_accumulated", "seq_cls_loss", "zero_bytes_per_rank")
+
 pytestmark = pytest.mark.usefixtures("learner_mode")
-
-# ---- the solutions (copied from the solution cells) ---------------------------------------------------------
-
-
-def train_step_accumulated(model, optimizer, micro_batches: list[dict]) -> float:
-    n_step = sum(int((mb["labels"][:, 1:] != -100).sum()) for mb in micro_batches)  # shifted targets
-    step_loss = 0.0
-    for mb in micro_batches:
-        logits = model(input_ids=mb["input_ids"]).logits[:, :-1]  # position t predicts token t + 1
-        token_loss_sum = F.cross_entropy(
-            logits.flatten(0, 1).float(), mb["labels"][:, 1:].flatten(), ignore_index=-100, reduction="sum"
-        )
-        loss = token_loss_sum / n_step  # this micro-batch's share of the step's token mean
-        loss.backward()
-        step_loss += loss.item()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return step_loss
-
-
-def seq_cls_loss(outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
-    logits = outputs.logits.float()
-    if num_items_in_batch is None:
-        return F.cross_entropy(logits, labels, ignore_index=-100)
-    return F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum") / num_items_in_batch
 
 
 def stub(*args, **kwargs):
@@ -410,37 +393,6 @@ def test_strict_grading_draws_more_cases_and_the_right_answer_passes_them(
 
 
 # ---- e3: zero_bytes_per_rank (the expected bytes were measured on 2 gloo ranks; see autograders/data) -----------
-
-
-def zero_bytes_per_rank(shapes, world_size, strategy):
-    """The solution cell of Exercise 5.3."""
-    numels = [math.prod(s) for s in shapes]
-    if strategy == "ddp":
-        whole = {"parameters": 4 * sum(numels), "gradients": 4 * sum(numels)}
-        return [whole | {"optimizer state": 8 * sum(numels) + 4 * len(numels)} for _ in range(world_size)]
-    if strategy == "zero1":
-        load, tensors = [0] * world_size, [0] * world_size
-        for n in sorted(numels, reverse=True):
-            rank = load.index(min(load))
-            load[rank] += n
-            tensors[rank] += 1
-        whole = {"parameters": 4 * sum(numels), "gradients": 4 * sum(numels)}
-        return [whole | {"optimizer state": 8 * load[r] + 4 * tensors[r]} for r in range(world_size)]
-    result = []
-    for rank in range(world_size):
-        padded = local = 0
-        for shape in shapes:
-            rows, rest = -(-shape[0] // world_size), math.prod(shape[1:])
-            padded += rows * rest
-            local += max(0, min(rows, shape[0] - rank * rows)) * rest
-        result.append(
-            {
-                "parameters": 4 * padded,
-                "gradients": 4 * padded,
-                "optimizer state": 8 * local + 4 * len(shapes),
-            }
-        )
-    return result
 
 
 def _unpadded_fsdp2(shapes, world_size, strategy):

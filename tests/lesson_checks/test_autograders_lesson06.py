@@ -1,14 +1,13 @@
 """Lesson 06's checks pass the solution and fail realistic wrong answers with a helpful message.
 
-The right answers are copied from the solution cells of solutions/06-profiling/06-profiling.ipynb (the notebook
-itself is executed by the notebook tests); the grading references (autograders/references/lesson06.py, a second way
+The right answers are the solution notebook's own (solutions/06-profiling/06-profiling.ipynb, loaded by
+tests/solution_code.py; the notebook itself is executed by the notebook tests); the grading references (autograders/references/lesson06.py, a second way
 to write each answer) must pass too. Each wrong answer is a mistake a learner is likely to make; the test asserts
 that the check names the case that exposes it and says what is wrong.
 """
 
 from __future__ import annotations
 
-import gc
 import statistics
 import time
 from types import SimpleNamespace
@@ -16,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from check_helpers import assert_hidden, failure
+from solution_code import solution
 from transformers import TrainingArguments
 
 import autograders.kit as kit
@@ -36,91 +36,17 @@ from autograders.references import lesson06 as ref
 from autograders.references.lesson06 import expected_peak
 from memlab.measure import CATEGORIES
 
+#: the solution's own answers (tests/solution_code.py): the right answers every wrong variant below starts from
+(
+    find_peak,
+    time_step,
+    largest_micro_batch,
+    trade_off_args,
+) = solution("06-profiling", "find_peak", "time_step", "largest_micro_batch", "trade_off_args")
+
 pytestmark = pytest.mark.usefixtures("learner_mode")
 
-# ---- the solutions (copied from the solution cells) ---------------------------------------------------------
-
-
-def find_peak(events: list[dict]) -> dict:
-    live = 0
-    by_category = dict.fromkeys(CATEGORIES, 0)
-    sizes = {}
-    peak = None
-    for i, event in enumerate(events):
-        if event["action"] == "alloc":
-            sizes[event["addr"]] = (event["size"], event["category"])
-            live += event["size"]
-            by_category[event["category"]] += event["size"]
-            if peak is None or live > peak[1]:
-                peak = (i, live, event["op"], dict(by_category))
-        elif event["action"] == "free":
-            size, category = sizes.pop(event["addr"])
-            live -= size
-            by_category[category] -= size
-    index, peak_bytes, op, split = peak
-    phase = next((e["name"] for e in events[index + 1 :] if e["action"] == "mark"), None)
-    return {"phase": phase, "op": op, "bytes": peak_bytes, "by_category": split}
-
-
-def time_step(fn, warmup: int = 2, repeats: int = 5, sync=None) -> tuple[float, float]:
-    if sync is None:
-        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.mean(times), statistics.stdev(times) if repeats > 1 else 0.0
-
-
-def largest_micro_batch(step, max_batch: int) -> int:
-    low, high = 0, max_batch
-    while low < high:
-        mid = (low + high + 1) // 2
-        try:
-            step(mid)
-            fits = True
-        except torch.OutOfMemoryError:
-            fits = False
-        if fits:
-            low = mid
-        else:
-            high = mid - 1
-            if torch.cuda.is_available():  # the CPU frees by reference count at once
-                gc.collect()
-                torch.cuda.empty_cache()
-    return low
-
-
 FIELDS = TrainingArguments.__dataclass_fields__
-
-
-def trade_off_args(setup: str, output_dir: str, max_steps: int, **changes) -> TrainingArguments:
-    ckpt = "activation_checkpointing" if "activation_checkpointing" in FIELDS else "gradient_checkpointing"
-    common = dict(
-        output_dir=output_dir,
-        max_steps=max_steps,
-        per_device_train_batch_size=16,
-        learning_rate=5e-4,
-        lr_scheduler_type="linear",
-        warmup_steps=0.1,
-        logging_steps=4,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=not torch.cuda.is_available(),
-        optim="adamw_torch",
-    )
-    if setup == "fp32":
-        return TrainingArguments(**common)
-    if setup == "bf16":
-        return TrainingArguments(**common, bf16=True)
-    if setup == "bf16+ckpt+8bit":
-        return TrainingArguments(**{**common, "optim": "adamw_bnb_8bit"}, bf16=True, **{ckpt: True})
-    raise ValueError(f"unknown set-up {setup!r}")
 
 
 def stub(*args, **kwargs):

@@ -1,7 +1,7 @@
 """Lesson 07's checks pass the solution and fail realistic wrong answers with a helpful message.
 
-The right answers are copied from the solution cells of
-solutions/07-fp8-transformer-engine/07-fp8-transformer-engine.ipynb; the grading references
+The right answers are the solution notebook's own
+(solutions/07-fp8-transformer-engine/07-fp8-transformer-engine.ipynb, loaded by tests/solution_code.py); the grading references
 (autograders/references/lesson07.py, Transformer Engine's recipe as its source reads) must pass too.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from check_helpers import failure
+from solution_code import solution
 
 import autograders.kit as kit
 import autograders.lesson07 as lesson07
@@ -27,66 +28,25 @@ from autograders.lesson07 import (
 )
 from autograders.references import lesson07 as ref
 
+#: the solution's own answers (tests/solution_code.py): the right answers every wrong variant below starts from
+(
+    quantize_fp8,
+    dequantize_fp8,
+    DelayedScaler,
+    quantize_mxfp8,
+    fp8_matmul,
+) = solution(
+    "07-fp8-transformer-engine",
+    "quantize_fp8",
+    "dequantize_fp8",
+    "DelayedScaler",
+    "quantize_mxfp8",
+    "fp8_matmul",
+)
+
 pytestmark = pytest.mark.usefixtures("learner_mode")
 
 FP8_DTYPES = {"e4m3": (torch.float8_e4m3fn, 448.0), "e5m2": (torch.float8_e5m2, 57344.0)}
-
-# ---- the solutions (copied from the solution cells) ---------------------------------------------------------
-
-
-def quantize_fp8(x: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
-    dtype, fp8_max = FP8_DTYPES[fmt]
-    x = x.float()
-    finite = x[torch.isfinite(x)]
-    amax = finite.abs().max() if finite.numel() else torch.tensor(0.0, device=x.device)
-    if amax > 0:
-        scale = torch.tensor(fp8_max, dtype=torch.float32, device=x.device) / amax
-        if torch.isinf(scale):
-            scale = torch.tensor(torch.finfo(torch.float32).max, device=x.device)
-    else:
-        scale = torch.tensor(1.0, device=x.device)
-    return (x * scale).clamp(-fp8_max, fp8_max).to(dtype), scale
-
-
-def dequantize_fp8(x_fp8: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return x_fp8.float() / scale
-
-
-class DelayedScaler:
-    def __init__(
-        self, fmt: str, amax_history_len: int = 1024, amax_compute_algo: str = "max", margin: int = 0
-    ):
-        self.fp8_max = FP8_DTYPES[fmt][1]
-        self.algo, self.margin = amax_compute_algo, margin
-        self.history = torch.zeros(amax_history_len, dtype=torch.float32)
-        self.scale = 1.0
-
-    def update(self, amax: float) -> None:
-        self.history[0] = amax
-        amax = self.history.max() if self.algo == "max" else self.history[0].clone()
-        self.history = torch.roll(self.history, -1, 0)
-        self.history[0] = 0.0
-        if amax > 0 and torch.isfinite(amax):
-            sf = torch.tensor(self.fp8_max, dtype=torch.float32) / amax / 2**self.margin
-            self.scale = torch.finfo(torch.float32).max if torch.isinf(sf) else float(sf)
-
-
-def quantize_mxfp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    blocks = x.float().reshape(*x.shape[:-1], x.shape[-1] // 32, 32)
-    amax = blocks.abs().amax(-1)
-    e = torch.ceil(torch.log2(amax / 448.0))
-    e = torch.where(amax > 0, e, torch.full_like(e, -127)).to(torch.int32)
-    q = (blocks / torch.exp2(e.float()).unsqueeze(-1)).clamp(-448, 448).to(torch.float8_e4m3fn)
-    return q.reshape(x.shape), e
-
-
-def fp8_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    qa, sa = quantize_fp8(a, "e4m3")
-    qb, sb = quantize_fp8(b.t().contiguous(), "e4m3")
-    one = torch.ones((), device=a.device)
-    return torch._scaled_mm(
-        qa, qb.t(), scale_a=(one / sa).float(), scale_b=(one / sb).float(), out_dtype=torch.bfloat16
-    )
 
 
 def stub(*args, **kwargs):

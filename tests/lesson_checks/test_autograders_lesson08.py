@@ -1,6 +1,7 @@
 """Lesson 08's checks pass the solution and fail realistic wrong answers with a helpful message.
 
-The right answers are copied from solutions/08-capstone-7b-lora/08-capstone-7b-lora.ipynb. The graded run (Exercise
+The right answers are the solution notebook's own (solutions/08-capstone-7b-lora/08-capstone-7b-lora.ipynb,
+loaded by tests/solution_code.py). The graded run (Exercise
 8.3) is never trained here: the check evaluates the run handed in, and the tests hand in the one the solution notebook
 wrote (tests/fixtures/handed-in/, kept by scripts/execute_solutions.py), or a copy of it with a wrong detail. Every check is also run the grading way (collect in
 the kernel, then judge without the learner's objects: the `strict_mode` fixture), with its right answer and with wrong
@@ -24,6 +25,7 @@ import torch
 from check_helpers import failure
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file, save_file
+from solution_code import solution
 
 import autograders.kit as kit
 import autograders.lesson08 as l08
@@ -42,6 +44,14 @@ from autograders.references import lesson08 as ref08
 from memlab import estimate, models
 from memlab.measure import measure_training_step
 
+#: the solution's own answers (tests/solution_code.py): the right answers every wrong variant below starts from
+(
+    plan_for,
+    add_lora,
+    merged_weight,
+    measure_lora_step,
+) = solution("08-capstone-7b-lora", "plan_for", "add_lora", "merged_weight", "measure_lora_step")
+
 pytestmark = pytest.mark.usefixtures("learner_mode")
 
 GiB = 1024**3
@@ -50,59 +60,6 @@ SOLUTION = ROOT / "solutions" / "08-capstone-7b-lora" / "08-capstone-7b-lora.ipy
 HANDED_IN_RUN = ROOT / "tests" / "fixtures" / "handed-in" / "08-capstone-7b-lora" / "capstone-run"
 DEVICE = torch.device("cpu")
 TARGETS = list(estimate.ATTENTION_PROJECTIONS)
-
-# ---- the solutions and the lesson's helpers (copied from the notebook) --------------------------------------------
-
-
-def plan_for(gpu_gb: float, seq: int) -> dict | None:
-    budget = (1 - HEADROOM) * gpu_gb * GiB
-    for checkpointing in (False, True):
-        best = None
-        for micro_batch in MICRO_BATCHES:
-            peak = estimate.simulate_7b_lora_step(seq, micro_batch, checkpointing).peak_bytes
-            if peak > budget:
-                break
-            best = (micro_batch, peak)
-        if best is not None:
-            micro_batch, peak = best
-            return {
-                "checkpointing": checkpointing,
-                "micro_batch": micro_batch,
-                "accumulation": BATCH // micro_batch,
-                "peak_gib": peak / GiB,
-            }
-    return None
-
-
-def add_lora(model, rank: int):
-    classifier = type(model).__name__.endswith("ForSequenceClassification")
-    config = LoraConfig(
-        r=rank,
-        lora_alpha=2 * rank,
-        lora_dropout=0.05,
-        target_modules=TARGETS,
-        task_type="SEQ_CLS" if classifier else "CAUSAL_LM",
-    )
-    return get_peft_model(model, config)
-
-
-def merged_weight(layer) -> torch.Tensor:
-    weight = layer.base_layer.weight
-    a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
-    return (weight.float() + layer.scaling["default"] * (b.float() @ a.float())).to(weight.dtype)
-
-
-def measure_lora_step(seq, micro_batch, checkpointing, layers=32, device="cuda") -> dict:
-    config = models.llama2_7b_config(num_hidden_layers=layers, use_cache=False)
-    model = models.build_model(config, dtype=torch.bfloat16, device=device, attn_implementation="sdpa")
-    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=TARGETS))
-    if checkpointing:
-        model.get_base_model().activation_checkpointing_enable()
-    ids = torch.randint(3, config.vocab_size, (micro_batch, seq), device=device)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
-    start = time.perf_counter()
-    trace = measure_training_step(model, {"input_ids": ids, "labels": ids}, optimizer)
-    return {"peak_bytes": trace.peak_bytes, "step_time_s": time.perf_counter() - start}
 
 
 def stub(*args, **kwargs):
