@@ -74,7 +74,7 @@ def render(solutions: Path = ROOT / "solutions", config=None) -> dict[str, bytes
     from nbgrader.coursedir import CourseDirectory
     from nbgrader.utils import find_all_files
 
-    config = copy.deepcopy(config) if config is not None else load_config()
+    config = copy.deepcopy(config) if config is not None else load_config(ROOT)
     # SaveCells only records the cells in the gradebook; it never changes the notebook. Creating a gradebook costs
     # seconds (nbgrader runs the `alembic` command for every new database), so it is switched off here; the test
     # against the real `nbgrader generate_assignment` (which runs it) proves the output is the same.
@@ -254,7 +254,7 @@ def _files_under(folder: Path) -> set[Path]:
     lesson leaves next to its notebook (HANDED_IN)."""
     if not folder.is_dir():
         return set()
-    ignore = [*load_config().CourseDirectory.ignore, *HANDED_IN]
+    ignore = [*load_config(ROOT).CourseDirectory.ignore, *HANDED_IN]
     return {
         p
         for p in folder.rglob("*")

@@ -55,9 +55,9 @@ from pathlib import Path
 
 from grading import isolation
 from grading.course import (
-    ROOT,
     CourseError,
     copy_regular_files,
+    course_root,
     editions,
     graded_cells,
     lesson_dirs,
@@ -479,7 +479,12 @@ def parse_args(argv):
         metavar="GB",
         help="memory of one submission's processes (default: %(default)s GiB)",
     )
-    parser.add_argument("--solutions", type=Path, default=ROOT / "solutions", help="default: %(default)s")
+    parser.add_argument(
+        "--solutions",
+        type=Path,
+        help="the lessons' sources (default: solutions/ of the course's folder: the checkout the grader runs from, or "
+        "the working folder)",
+    )
     parser.add_argument(
         "--keep",
         type=Path,
@@ -566,7 +571,14 @@ def plan(args: argparse.Namespace, out: Path) -> Plan:
         except (ValueError, AssertionError):
             fail(f"--shard must be K/N with 1 <= K <= N (e.g. 2/8); got {args.shard!r}")
         shard = (k, n)
-    solutions = args.solutions.resolve()
+    root = course_root()
+    if args.solutions is None and not (root / "nbgrader_config.py").is_file():
+        fail(
+            "no course found: grade.py reads nbgrader_config.py and solutions/ from the course's folder, the checkout "
+            "it runs from or, where the course was installed as a regular package, the working folder: run it from "
+            "the course's folder, or install the course in place (pip install -e PATH)"
+        )
+    solutions = (args.solutions or root / "solutions").resolve()
     available = [p.name for p in lesson_dirs(solutions)]
     lessons = sorted(args.lessons or available)
     unknown = [slug for slug in lessons if slug not in available]
@@ -600,7 +612,7 @@ def plan(args: argparse.Namespace, out: Path) -> Plan:
     settings = Settings(
         # the class's seed: the one given, else the course's own, kept with it (grading/settings.py)
         seed=args.seed if args.seed is not None else course_seed(solutions.parent),
-        timeout=args.timeout if args.timeout is not None else load_config(ROOT).Execute.timeout,
+        timeout=args.timeout if args.timeout is not None else load_config(root).Execute.timeout,
         memory_gb=args.memory_limit,
         threads=kernel_threads(args.jobs),
         isolate=not args.no_isolation,
@@ -679,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = check_out(args.out)
     if args.merge:
-        return merge(args.merge, out, args.solutions.resolve())
+        return merge(args.merge, out, (args.solutions or course_root() / "solutions").resolve())
     if args.manual_grades:
         return add_manual(args.manual_grades, out)
     the_plan = plan(args, out)

@@ -8,7 +8,23 @@ import sys
 import warnings
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+#: the folder this package runs from when it is installed in place (a checkout, `pip install -e`): the course's own
+_PACKAGE_PARENT = Path(__file__).resolve().parents[1]
+
+
+def course_root(working: Path | None = None) -> Path:
+    """The course's folder, the one that holds its nbgrader_config.py and solutions/: the checkout this package runs
+    from, or, where it was installed as a regular package (site-packages holds no lessons), the working folder
+    (`working`, by default the current one) when it holds them. Where neither does, the checkout's place, whose
+    missing files the caller then names."""
+    for folder in (_PACKAGE_PARENT, Path.cwd() if working is None else working):
+        if (folder / "nbgrader_config.py").is_file() and (folder / "solutions").is_dir():
+            return folder.resolve()
+    return _PACKAGE_PARENT
+
+
+#: the course's folder, for the course's own tools (coursetools/), which run in a checkout
+ROOT = course_root()
 
 #: What a lesson's run writes next to its notebook for the learner to hand in with it: lesson 08's graded run
 #: (run.json and the trained adapter), which the grader evaluates instead of training again. Never part of a lesson's
@@ -22,7 +38,7 @@ class CourseError(Exception):
     """The course itself cannot be prepared (not the fault of any submission)."""
 
 
-def load_config(root: Path = ROOT):
+def load_config(root: Path):
     """The nbgrader configuration in `root`/nbgrader_config.py, as nbgrader's converters see it."""
     from traitlets.config.loader import PyFileConfigLoader
 
@@ -78,7 +94,7 @@ def prepare_course(
     each lesson's due date in `due` (nbgrader then finds how late a submission is, and its late penalty)."""
     course = run / name
     course.mkdir(parents=True)
-    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copy(course_root() / "nbgrader_config.py", course / "nbgrader_config.py")
     for slug in lessons:
         ignore = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", *HANDED_IN)
         shutil.copytree(solutions / slug, course / "solutions" / slug, ignore=ignore)
