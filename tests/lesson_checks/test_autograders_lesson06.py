@@ -34,7 +34,7 @@ from autograders.lesson06 import (
 )
 from autograders.references import lesson06 as ref
 from autograders.references.lesson06 import expected_peak
-from memlab.measure import CATEGORIES
+from memlab.measure import CATEGORIES, measure_training_step
 
 #: the solution's own answers (tests/solution_code.py): the right answers every wrong variant below starts from
 (
@@ -948,3 +948,45 @@ def test_e4_the_check_s_own_run_never_takes_what_would_cost_the_grader():
     )
     assert run.per_device_train_batch_size == 64 and run.gradient_accumulation_steps == 8
     assert run.bf16 and run.output_dir == "judge-folder" and run.max_steps == 2  # the set-up is the learner's
+
+
+# ---- the lesson's chunked loss (§5, "The loss and the logits"): the model's own loss, by chunks -------------------
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1000])
+def test_the_chunked_loss_is_the_cross_entropy_with_its_gradients(chunk):
+    """Any chunk size, one that does not divide the tokens, and labels ignored (-100) included."""
+    (chunked_cross_entropy,) = solution("06-profiling", "chunked_cross_entropy")
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 17, 8, requires_grad=True)
+    weight = torch.randn(50, 8, requires_grad=True)
+    labels = torch.randint(0, 50, (3, 17))
+    labels[0, 5:9] = -100
+    expected = torch.nn.functional.cross_entropy(
+        (hidden[:, :-1] @ weight.T).reshape(-1, 50), labels[:, 1:].reshape(-1), ignore_index=-100
+    )
+    want = torch.autograd.grad(expected, (hidden, weight))
+    got = chunked_cross_entropy(hidden, weight, labels, chunk)
+    grads = torch.autograd.grad(got, (hidden, weight))
+    torch.testing.assert_close(got, expected)
+    for g, w in zip(grads, want):
+        torch.testing.assert_close(g, w)
+
+
+def test_the_chunked_loss_keeps_one_chunk_of_logits_alive():
+    """What the lesson measures, at a size a test affords: the step's peak with the loss by chunks is below the
+    model's own by more than one fp32 copy of the logits (three of batch x sequence x vocabulary are alive at the
+    log-softmax's backward; a chunk's remain), and the loss is the model's own."""
+    (chunked_loss,) = solution("06-profiling", "chunked_loss")
+    from memlab.models import build_model, tiny_llama_config
+
+    torch.manual_seed(0)
+    model = build_model(tiny_llama_config(vocab_size=8000), device="cpu")
+    ids = torch.randint(3, 8000, (2, 64))
+    batch = {"input_ids": ids, "labels": ids}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    own = measure_training_step(model, batch, optimizer)
+    chunked = measure_training_step(model, batch, optimizer, loss_fn=lambda m, b: chunked_loss(m, b, 16))
+    logits = 2 * 64 * 8000 * 4  # one fp32 copy
+    assert own.peak_bytes - chunked.peak_bytes > logits, (own.peak_bytes, chunked.peak_bytes, logits)
+    torch.testing.assert_close(chunked_loss(model, batch, 16), model(**batch).loss)
