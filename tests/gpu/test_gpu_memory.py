@@ -1,5 +1,7 @@
 """On a real GPU: the tracker against the caching allocator, and the simulator against a real CUDA step."""
 
+import time
+
 import pytest
 import torch
 
@@ -120,3 +122,36 @@ def test_optimizer_step_inside_backward_removes_the_gradient_buffer(gpu_results)
         "largest_gradient_mib": largest / MiB,
     }
     assert ordinary - fused >= 0.8 * (gradients - largest)
+
+
+def test_what_offloading_the_optimizer_costs_on_this_machine(gpu_results):
+    """Lesson 05's §6.5 on a GPU machine: the bandwidth a pinned host buffer of 1 GiB reaches to the GPU and back
+    (what PCIe makes of ZeRO-Offload's traffic: 16-bit gradients out, 16-bit weights in), and torch.optim.AdamW's
+    time per parameter on this machine's CPU, which runs the offloaded step."""
+    n = 2**30
+    host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    device = torch.empty(n, dtype=torch.uint8, device="cuda")
+    seconds = {}
+    for name, copy in (("host_to_gpu", lambda: device.copy_(host, non_blocking=True)),
+                       ("gpu_to_host", lambda: host.copy_(device, non_blocking=True))):  # fmt: skip
+        copy()  # warm-up
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            copy()
+        end.record()
+        torch.cuda.synchronize()
+        seconds[name] = start.elapsed_time(end) / 1e3 / 5
+    params = [torch.nn.Parameter(torch.randn(50_000_000))]
+    params[0].grad = torch.randn_like(params[0])
+    adam = torch.optim.AdamW(params, lr=1e-4)
+    adam.step()
+    timed = time.perf_counter()
+    adam.step()
+    per_parameter = (time.perf_counter() - timed) / params[0].numel()
+    gpu_results["cpu_offload"] = {
+        "pinned_gb_per_s": {k: n / s / 1e9 for k, s in seconds.items()},
+        "cpu_adamw_ns_per_parameter": per_parameter * 1e9,
+        "cpu_threads": torch.get_num_threads(),
+    }
+    assert all(n / s / 1e9 > 1 for s in seconds.values()), seconds
