@@ -20,6 +20,7 @@ filled by translators.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tokenize
 import warnings
@@ -737,3 +738,40 @@ def test_a_class_of_both_editions_is_graded_each_against_its_own(built, tmp_path
     assert "cases passed" in check_outputs("course", "bob")
     failed = check_outputs("course-ko", "cho")
     assert "아직 작성되지 않았습니다" in failed and "not written yet" not in failed, failed
+
+
+@pytest.mark.parametrize("domain", ["autograders", "memlab", "grading"])
+def test_the_korean_messages_of_the_code_follow_one_template(domain):
+    """What a learner reads when a check fails, in one shape: "케이스 C: 무엇 — 기대하는 것. 실제: 값." The learner's
+    value is always introduced as "실제: " (not "받은 것", "실제로는", ", 실제 X"); the tolerance sits with what was
+    expected, never right after the learner's value, where "(정확히 일치)" read as if the value matched; and no
+    particle is written in both forms after a placeholder ("{name}이(가)"): a fixed noun or a colon carries it."""
+    from babel.messages.pofile import read_po
+
+    with open(ROOT / "translations" / "ko" / f"{domain}.po", "rb") as fh:
+        catalog = read_po(fh)
+    wrong = []
+    for message in catalog:
+        if not message.id or not message.string:
+            continue
+        english, korean = message.id, message.string
+        problems = [
+            why
+            for why, found in (
+                ("a particle in both forms", re.search(r"\((?:가|를|는|과|이|을|은|와)\)", korean)),
+                (
+                    "another way to say what the learner got",
+                    re.search(r"받은 (?:것|값|예외)|실제로는|, 실제 ", korean),
+                ),
+                (
+                    "the tolerance after the learner's value",
+                    re.search(r"\{got[^}]*\}\s*\(\{tolerance\}\)|정확히 일치", korean),
+                ),
+                ("'; got {…}' without '실제: '", re.search(r"; got \{", english) and "실제: " not in korean),
+                ("an untranslated 'case'", korean.startswith("case ")),
+            )
+            if found
+        ]
+        if problems:
+            wrong.append((english[:70], korean[:90], problems))
+    assert wrong == []

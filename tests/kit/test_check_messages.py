@@ -105,10 +105,10 @@ def test_a_failed_comparison_says_case_direction_got_and_tolerance_in_korean(kor
     with pytest.raises(kit.CheckFailed) as failed:
         kit.expect_close(3.0, 2.0, case="tiny MLP", what="the peak", rtol=0.01, reveal=False)
     text = str(failed.value)
-    assert text == "케이스 tiny MLP: the peak — 10%~2배 큼, 실제 3(허용 오차 상대 ±0.01).", text
+    assert text == "케이스 tiny MLP: the peak — 10%~2배 큼(허용 오차 상대 ±0.01). 실제: 3.", text
     with pytest.raises(kit.CheckFailed) as failed:
         kit.expect_close(3.0, 2.0, case="tiny MLP", what="the peak", rtol=0.01)
-    assert str(failed.value) == "케이스 tiny MLP: the peak — 예상 2(허용 오차 상대 ±0.01), 실제 3."
+    assert str(failed.value) == "케이스 tiny MLP: the peak — 예상: 2(허용 오차 상대 ±0.01). 실제: 3."
 
 
 def test_the_success_line_and_not_written_yet_are_korean(korean, capsys):
@@ -127,7 +127,7 @@ def test_the_success_line_and_not_written_yet_are_korean(korean, capsys):
     with pytest.raises(kit.CheckFailed) as failed:
         demo(stub)
     assert str(failed.value) == (
-        "e9_demo: `fn`이(가) 아직 작성되지 않았습니다. 여전히 NotImplementedError를 발생시킵니다."
+        "e9_demo: `fn`: 아직 작성되지 않았습니다. 여전히 NotImplementedError를 발생시킵니다."
     )
 
 
