@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+import urllib.parse
 from pathlib import Path
 
 import mistune
@@ -57,7 +58,7 @@ def test_every_link_resolves(page):
     for url in links(source.read_text()):
         if re.match(r"[a-z]+:", url) or url.startswith("//"):
             continue  # a web address: not checked offline
-        path, _, anchor = url.partition("#")
+        path, _, anchor = urllib.parse.unquote(url).partition("#")  # mistune percent-encodes a Korean anchor
         target = (source.parent / path).resolve() if path else source
         if not target.exists() or not target.is_relative_to(ROOT):
             broken.append(f"{url}: no such file")

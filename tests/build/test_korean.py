@@ -722,7 +722,7 @@ def test_a_class_of_both_editions_is_graded_each_against_its_own(built, tmp_path
         assert {g: float(row[g]) for g in here} == here and len(here) >= len(auto) - 1, row["notes"]
     assert all(float(cho[g]) == 0 for g in auto) and float(cho["total"]) == 0
     # the grader's own notes speak the edition's language too: the edition, the answer to grade by hand
-    assert "언어판 ko 기준으로 채점했습니다(ko/solutions/)" in ada["notes"] and "언어판 ko" in cho["notes"]
+    assert "한국어판(ko) 기준으로 채점했습니다(ko/solutions/)" in ada["notes"] and "한국어판(ko)" in cho["notes"]
     assert "w1_square_sign: 수동 채점 필요" in ada["notes"] and "needs manual grading" not in ada["notes"]
     assert "edition" not in bob["notes"] and "w1_square_sign: needs manual grading" in bob["notes"]
 

@@ -203,7 +203,7 @@ def test_the_graders_notes_and_verdicts_speak_the_language_set(tmp_path):
         "학생 폴더 이름이 '.'으로 시작합니다(대부분의 시스템에서 숨김 폴더). 학생 폴더가 맞는지 확인하세요"
     ]
     assert (
-        _edition_notes("ko") == ["언어판 ko 기준으로 채점했습니다(ko/solutions/)"]
+        _edition_notes("ko") == ["한국어판(ko) 기준으로 채점했습니다(ko/solutions/)"]
         and _edition_notes("en") == []
     )
     assert _student_notes(".hidden", "en")[0].startswith("the student folder's name starts with '.'")
