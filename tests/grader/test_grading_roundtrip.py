@@ -128,7 +128,9 @@ def test_csv_agrees_with_the_gradebook(real_grading, slug):
                 row = real_grading.row(student, slug)
                 assert (float(row["total"]), float(row["max"])) == (submission.score, submission.max_score)
                 # the edition's note, in its own language (grading/i18n.py), and the other notes in it too
-                assert ("한국어판(ko) 기준으로 채점했습니다(ko/solutions/)" in row["notes"]) == (edition == "ko")
+                assert ("한국어판(ko) 기준으로 채점했습니다(ko/solutions/)" in row["notes"]) == (
+                    edition == "ko"
+                )
                 assert ("needs manual grading" in row["notes"]) == (edition == "en" and "solved" in student)
 
 
