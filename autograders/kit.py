@@ -70,6 +70,7 @@ from memlab.protocol import GRADING_ENV, SEED_ENV
 #: grader's side (collect, judge, context, Transcript, REGISTRY, ...) is read as `kit.<name>` and not listed here.
 __all__ = [
     "DEFERRED",
+    "Case",
     "CheckFailed",
     "_",
     "call",
@@ -88,6 +89,7 @@ __all__ = [
     "judging",
     "learner",
     "needs_hardware",
+    "op_recorder",
     "read_only",
     "reference",
     "references",
@@ -95,9 +97,42 @@ __all__ = [
 ]
 
 #: the check kit's messages in the kernel's language (memlab.i18n.use; the judge uses the graded lesson's):
-#: translations/<language>/autograders.po, compiled into autograders/locale/. Case labels are not translated: the
-#: kernel records them and the judge replays them, so they must not depend on the language either side speaks.
+#: translations/<language>/autograders.po, compiled into autograders/locale/. A case's name is a `Case`: the kernel
+#: records a step under its English text and the judge replays it by that text, whatever language either side
+#: speaks; only where a message shows it is it translated.
 _ = translator("autograders", Path(__file__).resolve().parent / "locale")
+
+
+class Case(str):
+    """A case's name: `Case("SGD with momentum")`, `Case("{name} on mlp({widths})", name=..., widths=...)`.
+
+    As a string it is the English name, its template filled: the key under which the grading kernel records a learner
+    step and the judge finds it again, the same in every language (the transcript holds it, and a stored expected value
+    may be filed under it). Formatted into a message (`"case {case}: ...".format(case=case)`), it reads in the
+    language of the process: its template translated (`translations/<language>/autograders.po`; Babel finds the
+    template as it finds `_`'s messages), then filled, a field that is a Case itself shown the same way. So a label is
+    composed with `Case("{case} (unscale_)", case=case)`, never with an f-string, which would fill in the translation.
+    """
+
+    template: str
+    fields: dict
+
+    def __new__(cls, template: str, **fields):
+        key = template.format(**{k: str(v) if isinstance(v, Case) else v for k, v in fields.items()})
+        case = super().__new__(cls, key)
+        case.template, case.fields = template, fields
+        return case
+
+    def __format__(self, spec: str) -> str:
+        return format(_(self.template).format(**self.fields), spec)
+
+    def __reduce__(self):  # a copy or a pickle keeps what it shows, not only the key
+        return _case, (self.template, self.fields)
+
+
+def _case(template: str, fields: dict) -> Case:
+    return Case(template, **fields)
+
 
 TRANSCRIPT_MIME = "application/vnd.memlab.transcript+json"
 
@@ -208,9 +243,10 @@ def read_only(value):
     return value
 
 
-def drawn(i: int, description: str) -> str:
-    """The name of a case drawn at grading time, as the messages show it."""
-    return f"drawn at grading time #{i}, {description}"
+def drawn(i: int, description: str) -> Case:
+    """The name of a case drawn at grading time, as the messages show it (`description` a `Case` where it has words
+    to translate)."""
+    return Case("drawn at grading time #{i}, {description}", i=i, description=description)
 
 
 # ---- the record of one run of a check: what the learner's code returned, step by step ----------------------------
@@ -228,7 +264,7 @@ class Record:
     missing: tuple[str, str, str] | None = None
 
     def to_data(self) -> dict:
-        data = {"label": self.label, "value": self.value, "failed": self.failed}
+        data = {"label": str(self.label), "value": self.value, "failed": self.failed}  # a Case's English key
         data["missing"] = None if self.missing is None else list(self.missing)
         return {k: v for k, v in data.items() if v is not None or k == "label"}
 
@@ -698,14 +734,14 @@ def call_predicting(fn, *args, case: str, **kwargs):
     seen: dict[str, list[str]] = {}
 
     def run():
-        recorder = _op_recorder()
+        recorder = op_recorder()
         with recorder:
             got = call(fn, *args, case=case, **kwargs)
         seen["ran"] = sorted(recorder.ops & MODEL_OPS)
         return got
 
     got = learner(case, run)
-    ran = learner(f"{case}: the model ops torch ran during the call", lambda: seen["ran"])
+    ran = learner(Case("{case}: the model ops torch ran during the call", case=case), lambda: seen["ran"])
     if ran:
         raise CheckFailed(
             _(
@@ -716,9 +752,9 @@ def call_predicting(fn, *args, case: str, **kwargs):
     return got
 
 
-def _op_recorder():
-    """A torch dispatch mode that records the name of every aten op run inside it (imported here: the kit itself
-    does not need torch)."""
+def op_recorder():
+    """A torch dispatch mode that records the name of every aten op run inside it, in `.ops` (imported here: the kit
+    itself does not need torch). `call_predicting` watches with one; lesson 07 asks whether `_scaled_mm` ran."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class OpRecorder(TorchDispatchMode):

@@ -61,18 +61,20 @@ def _state_cases():
     torch.manual_seed(0)
     cases = []
     m = mlp([40, 80, 3])
-    cases.append(("AdamW before its first step", m, torch.optim.AdamW(m.parameters()), 0))
+    cases.append((kit.Case("AdamW before its first step"), m, torch.optim.AdamW(m.parameters()), 0))
     m = mlp([40, 80, 3])
-    cases.append(("SGD without momentum", m, torch.optim.SGD(m.parameters(), lr=0.1), 1))
+    cases.append((kit.Case("SGD without momentum"), m, torch.optim.SGD(m.parameters(), lr=0.1), 1))
     m = mlp([40, 80, 3])
-    cases.append(("SGD with momentum", m, torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), 2))
+    cases.append((kit.Case("SGD with momentum"), m, torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), 2))
     m = mlp([33, 70, 70, 5])
-    cases.append(("AdamW, 3 steps", m, torch.optim.AdamW(m.parameters(), lr=1e-3), 3))
+    cases.append((kit.Case("AdamW, 3 steps"), m, torch.optim.AdamW(m.parameters(), lr=1e-3), 3))
     m = mlp([33, 70, 5])
     groups = [{"params": m[0].parameters(), "lr": 1e-3}, {"params": m[2].parameters(), "lr": 1e-4}]
-    cases.append(("AdamW with two parameter groups", m, torch.optim.AdamW(groups), 1))
+    cases.append((kit.Case("AdamW with two parameter groups"), m, torch.optim.AdamW(groups), 1))
     m = mlp([48, 96, 4])
-    cases.append(("Adafactor (factored second moment)", m, torch.optim.Adafactor(m.parameters()), 1))
+    cases.append(
+        (kit.Case("Adafactor (factored second moment)"), m, torch.optim.Adafactor(m.parameters()), 1)
+    )
     try:
         import bitsandbytes as bnb
     except Exception:
@@ -81,10 +83,17 @@ def _state_cases():
         # 64x128 and 128x40 (>= 4096 elements each): 8-bit state sharing one pair of qmaps; biases: 32-bit state
         m = mlp([64, 128, 40])
         cases.append(
-            ("bitsandbytes AdamW8bit (shared quantisation maps)", m, bnb.optim.AdamW8bit(m.parameters()), 1)
+            (
+                kit.Case("bitsandbytes AdamW8bit (shared quantisation maps)"),
+                m,
+                bnb.optim.AdamW8bit(m.parameters()),
+                1,
+            )
         )
     m = mlp([24, 56, 6])  # shared storage without bitsandbytes too (already stepped: 0 steps more)
-    cases.append(("momentum buffers that two state entries share (a view)", m, _sgd_sharing_storage(m), 0))
+    cases.append(
+        (kit.Case("momentum buffers that two state entries share (a view)"), m, _sgd_sharing_storage(m), 0)
+    )
     return cases
 
 
@@ -106,7 +115,8 @@ def _drawn_state_case(rng, i: int):
     name = rng.choice(sorted(makers))
     steps = rng.randint(0 if name != "Adagrad" else 1, 3)
     m = mlp(widths)
-    return kit.drawn(i, f"{name} on mlp({widths}), {steps} step(s)"), m, makers[name](m.parameters()), steps
+    label = kit.Case("{name} on mlp({widths}), {steps} step(s)", name=name, widths=widths, steps=steps)
+    return kit.drawn(i, label), m, makers[name](m.parameters()), steps
 
 
 def _expected_state(name: str, model, optimizer, public: bool) -> int:
@@ -133,17 +143,21 @@ def check_optimizer_state_bytes(optimizer_state_bytes) -> int:
 def _drawn_8bit_case(rng, i: int):
     shapes = [tuple(rng.randint(1, 300) for _ in range(rng.randint(1, 2))) for _ in range(rng.randint(1, 4))]
     min_size = rng.choice([100, 1000, 4096, 10_000])
-    return kit.drawn(i, f"shapes {shapes}, min_8bit_size={min_size}"), shapes, min_size
+    return (
+        kit.drawn(i, kit.Case("shapes {shapes}, min_8bit_size={min_size}", shapes=shapes, min_size=min_size)),
+        shapes,
+        min_size,
+    )
 
 
 #: (name, shapes, min_8bit_size) of the public cases
 E2_CASES = [
-    ("one 64x128 matrix", [(64, 128)], 4096),
-    ("a small MLP's shapes (two 8-bit matrices)", [(128, 64), (128,), (40, 128), (40,)], 4096),
-    ("a matrix not a multiple of the block size", [(1000, 7), (7,)], 4096),
-    ("everything too small for 8 bits", [(50, 50), (50,)], 4096),
-    ("min_8bit_size lowered to 100", [(50, 50), (50,)], 100),
-    ("min_8bit_size raised to 100,000", [(256, 256), (300, 300)], 100_000),
+    (kit.Case("one 64x128 matrix"), [(64, 128)], 4096),
+    (kit.Case("a small MLP's shapes (two 8-bit matrices)"), [(128, 64), (128,), (40, 128), (40,)], 4096),
+    (kit.Case("a matrix not a multiple of the block size"), [(1000, 7), (7,)], 4096),
+    (kit.Case("everything too small for 8 bits"), [(50, 50), (50,)], 4096),
+    (kit.Case("min_8bit_size lowered to 100"), [(50, 50), (50,)], 100),
+    (kit.Case("min_8bit_size raised to 100,000"), [(256, 256), (300, 300)], 100_000),
 ]
 
 
@@ -158,7 +172,7 @@ def _expected_8bit(name: str, shapes, min_8bit_size: int, public: bool) -> int:
 def check_adamw8bit_state_bytes(adamw8bit_state_bytes) -> int:
     kit.expect_callable(adamw8bit_state_bytes, "adamw8bit_state_bytes")
     # what runs without bitsandbytes: the function answers a small question with a byte count
-    first = "one 64x128 matrix"
+    first = kit.Case("one 64x128 matrix")
     got = kit.call(adamw8bit_state_bytes, [(64, 128)], min_8bit_size=4096, case=first)
     kit.expect_type(got, numbers.Integral, case=first, what=_("the byte count"))
     kit.needs_hardware(packages=("bitsandbytes",), passed=_("your function returns an int"))
@@ -190,7 +204,7 @@ MARKS = ("after forward", "after backward", "after optimizer step")
 def _drawn_live_case(rng, i: int):
     widths = _random_widths(rng, (1, 4), (2, 300))
     batch, optimizer_name = rng.randint(1, 300), rng.choice(["sgd", "sgd-momentum", "adamw"])
-    return kit.drawn(i, f"widths={widths}, batch={batch}, {optimizer_name}"), (widths, batch, optimizer_name)
+    return kit.drawn(i, _live_case_name(widths, batch, optimizer_name)), (widths, batch, optimizer_name)
 
 
 #: (widths, batch, optimizer) of the public cases
@@ -203,8 +217,10 @@ E3_CASES = [
 ]
 
 
-def _live_case_name(widths, batch: int, optimizer_name: str) -> str:
-    return f"widths={widths}, batch={batch}, {optimizer_name}"
+def _live_case_name(widths, batch: int, optimizer_name: str) -> kit.Case:
+    return kit.Case(
+        "widths={widths}, batch={batch}, {optimizer}", widths=widths, batch=batch, optimizer=optimizer_name
+    )
 
 
 def _expected_live(name: str, widths, batch: int, optimizer_name: str, public: bool) -> dict[str, int]:
@@ -238,42 +254,49 @@ def _drawn_kv_case(rng, i: int):
     kv = rng.choice([1, 2, 4])
     heads = dict(num_attention_heads=kv * rng.choice([1, 2, 4]), num_key_value_heads=kv)
     batch, seq, dtype = rng.randint(1, 4), rng.randint(1, 70), rng.choice([torch.float32, torch.bfloat16])
-    label = f"{heads['num_attention_heads']} heads, {kv} KV heads, batch {batch}, seq {seq}, {dtype}"
+    label = kit.Case(
+        "{heads} heads, {kv} KV heads, batch {batch}, seq {seq}, {dtype}",
+        heads=heads["num_attention_heads"],
+        kv=kv,
+        batch=batch,
+        seq=seq,
+        dtype=dtype,
+    )
     return kit.drawn(i, label), heads, batch, seq, dtype
 
 
 #: (name, attention heads, batch, seq, dtype) of the public cases
 E4_CASES = [
     (
-        "multi-head attention, fp32",
+        kit.Case("multi-head attention, fp32"),
         dict(num_attention_heads=4, num_key_value_heads=4),
         2,
         17,
         torch.float32,
     ),
     (
-        "grouped-query attention (2 KV heads)",
+        kit.Case("grouped-query attention (2 KV heads)"),
         dict(num_attention_heads=8, num_key_value_heads=2),
         3,
         40,
         torch.float32,
     ),
     (
-        "bf16 cache, one sequence",
+        kit.Case("bf16 cache, one sequence"),
         dict(num_attention_heads=4, num_key_value_heads=1),
         1,
         64,
         torch.bfloat16,
     ),
     (
-        "an explicit head_dim (32, not hidden_size // heads = 16)",
+        kit.Case("an explicit head_dim (32, not hidden_size // heads = 16)"),
         dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32),
         2,
         9,
         torch.float32,
     ),
     (
-        "num_key_value_heads not given (so one per attention head)",
+        kit.Case("num_key_value_heads not given (so one per attention head)"),
         dict(num_attention_heads=8),
         1,
         12,
@@ -318,12 +341,12 @@ N7B, LORA_QV = 6_738_415_616, 4_194_304
 #: (name, parameters, trainable, weights, optimizer) of the public cases; expected: ZeRO's bookkeeping
 #: (autograders/references/lesson01.py, `zero_convention_bytes`)
 E5_CASES = [
-    ("7B full fine-tuning, bf16 + AdamW", N7B, N7B, "bf16", "adamw"),
-    ("7B full fine-tuning, fp32 + AdamW", N7B, N7B, "fp32", "adamw"),
-    ("7B full fine-tuning, bf16 + 8-bit AdamW", N7B, N7B, "bf16", "adamw-8bit"),
-    ("7B LoRA r=8 on q,v, bf16 base", N7B, LORA_QV, "bf16", "adamw"),
-    ("1B full fine-tuning, bf16 + SGD", 1_000_000_000, 1_000_000_000, "bf16", "sgd"),
-    ("125M fp16 + Lion", 125_000_000, 125_000_000, "fp16", "lion"),
+    (kit.Case("7B full fine-tuning, bf16 + AdamW"), N7B, N7B, "bf16", "adamw"),
+    (kit.Case("7B full fine-tuning, fp32 + AdamW"), N7B, N7B, "fp32", "adamw"),
+    (kit.Case("7B full fine-tuning, bf16 + 8-bit AdamW"), N7B, N7B, "bf16", "adamw-8bit"),
+    (kit.Case("7B LoRA r=8 on q,v, bf16 base"), N7B, LORA_QV, "bf16", "adamw"),
+    (kit.Case("1B full fine-tuning, bf16 + SGD"), 1_000_000_000, 1_000_000_000, "bf16", "sgd"),
+    (kit.Case("125M fp16 + Lion"), 125_000_000, 125_000_000, "fp16", "lion"),
 ]
 
 
@@ -332,7 +355,13 @@ def _drawn_state_bytes_case(rng, i: int):
     n_trainable = rng.choice([n_params, rng.randint(1, n_params // 100)])
     weights = rng.choice(["fp32", "bf16", "fp16"])
     optimizer = rng.choice(["sgd", "sgd-momentum", "adamw", "adamw-8bit", "lion"])
-    label = f"{n_params:,} parameters, {n_trainable:,} trainable, {weights} + {optimizer}"
+    label = kit.Case(
+        "{n_params:,} parameters, {n_trainable:,} trainable, {weights} + {optimizer}",
+        n_params=n_params,
+        n_trainable=n_trainable,
+        weights=weights,
+        optimizer=optimizer,
+    )
     return kit.drawn(i, label), n_params, n_trainable, weights, optimizer
 
 

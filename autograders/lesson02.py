@@ -162,7 +162,7 @@ def _expect_float(got, case: str) -> None:
 def _drawn_decode_case(rng, i: int) -> tuple[str, str, list[int]]:
     """20,000 fp32 bit patterns drawn at grading time."""
     patterns = [rng.getrandbits(32) for _ in range(20_000)]
-    return kit.drawn(i, "fp32, 20,000 random bit patterns"), "fp32", patterns
+    return kit.drawn(i, kit.Case("fp32, 20,000 random bit patterns")), "fp32", patterns
 
 
 def _decode_all(decode, patterns, name: str) -> torch.Tensor:
@@ -172,7 +172,7 @@ def _decode_all(decode, patterns, name: str) -> torch.Tensor:
     f = FORMATS[name]
     values = []
     for bits in patterns:
-        case = f"{name}, bits 0x{bits:0{f.bits // 4}X}"
+        case = kit.Case("{name}, bits 0x{bits:0{width}X}", name=name, bits=bits, width=f.bits // 4)
         got = kit.call(decode, bits, name, case=case)
         if type(got) is not float:
             _expect_float(got, case)
@@ -191,7 +191,7 @@ def _expected_decode(name: str, patterns: list[int], public: bool) -> list[float
 @kit.check("e1_decode", points=3)
 def check_decode(decode) -> int:
     kit.expect_callable(decode, "decode")
-    first_case = "fp16, bits 0x3C00"
+    first_case = kit.Case("{name}, bits 0x{bits:0{width}X}", name="fp16", bits=0x3C00, width=4)
     kit.learner(
         first_case, lambda: _expect_float(kit.call(decode, 0x3C00, "fp16", case=first_case), first_case)
     )
@@ -244,7 +244,7 @@ def _drawn_limits_case(rng, i: int) -> tuple[str, tuple, None]:
     e, m = rng.randint(2, 9), rng.randint(1, 12)
     encoding = rng.choice(["ieee", "fn"]) if m >= 2 else "ieee"
     args = (e, m, encoding)
-    return kit.drawn(i, f"format_limits{args}"), args, None
+    return kit.drawn(i, kit.Case("format_limits{args}", args=args)), args, None
 
 
 def _expected_limits(name: str | None, args: tuple) -> dict[str, float]:
@@ -279,22 +279,31 @@ def _round_cases() -> list[tuple[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(2)
     random_bits = torch.randint(-(2**31), 2**31, (1000, 1000), dtype=torch.int32, generator=g)
     return [
-        ("ordinary values", torch.tensor([1.0, -2.5, 0.1, 3.14159265, 65504.0, -1e-3, 1e30, -7e-30])),
-        ("exact ties that round down to even", _fp32(0x3F808000, 0xBF808000, 0x40408000, 0x3F828000)),
-        ("exact ties that round up to even", _fp32(0x3F818000, 0xC0218000, 0x3F838000)),
-        ("just below and just above a tie", _fp32(0x3F807FFF, 0x3F808001, 0x3F817FFF, 0xBF818001)),
-        ("a carry into the next exponent", _fp32(0x3FFF8000, 0x3FFFC000, 0xBFFFFFFF, 0x407FFFFF)),
-        ("the largest fp32 values", _fp32(0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F7FFF, 0x7F7F8000)),
-        ("fp32 subnormals", _fp32(0x00000001, 0x00008000, 0x00018000, 0x007FFFFF, 0x80000001, 0x80400000)),
-        ("signed zeros", _fp32(0x00000000, 0x80000000)),
-        ("infinities", _fp32(0x7F800000, 0xFF800000)),
         (
-            "NaNs with a payload only in the low 16 bits",
+            kit.Case("ordinary values"),
+            torch.tensor([1.0, -2.5, 0.1, 3.14159265, 65504.0, -1e-3, 1e30, -7e-30]),
+        ),
+        (
+            kit.Case("exact ties that round down to even"),
+            _fp32(0x3F808000, 0xBF808000, 0x40408000, 0x3F828000),
+        ),
+        (kit.Case("exact ties that round up to even"), _fp32(0x3F818000, 0xC0218000, 0x3F838000)),
+        (kit.Case("just below and just above a tie"), _fp32(0x3F807FFF, 0x3F808001, 0x3F817FFF, 0xBF818001)),
+        (kit.Case("a carry into the next exponent"), _fp32(0x3FFF8000, 0x3FFFC000, 0xBFFFFFFF, 0x407FFFFF)),
+        (kit.Case("the largest fp32 values"), _fp32(0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F7FFF, 0x7F7F8000)),
+        (
+            kit.Case("fp32 subnormals"),
+            _fp32(0x00000001, 0x00008000, 0x00018000, 0x007FFFFF, 0x80000001, 0x80400000),
+        ),
+        (kit.Case("signed zeros"), _fp32(0x00000000, 0x80000000)),
+        (kit.Case("infinities"), _fp32(0x7F800000, 0xFF800000)),
+        (
+            kit.Case("NaNs with a payload only in the low 16 bits"),
             _fp32(0x7F800001, 0xFF800001, 0x7F807FFF, 0x7F808000),
         ),
-        ("NaNs with every bit set", _fp32(0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00000, 0xFFC00001)),
-        ("1,000 x 1,000 random 32-bit patterns", random_bits.view(torch.float32)),
-        ("a randn tensor", torch.randn(64, 4096, generator=g)),
+        (kit.Case("NaNs with every bit set"), _fp32(0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00000, 0xFFC00001)),
+        (kit.Case("1,000 x 1,000 random 32-bit patterns"), random_bits.view(torch.float32)),
+        (kit.Case("a randn tensor"), torch.randn(64, 4096, generator=g)),
     ]
 
 
@@ -339,9 +348,9 @@ def _drawn_round_cases(rng, i: int) -> list[tuple[str, torch.Tensor]]:
     bits = torch.randint(-(2**31), 2**31, (500, 300), dtype=torch.int32, generator=g)
     scales = torch.tensor([rng.uniform(-30, 30) for _ in range(300)], dtype=torch.float64).exp2()
     return [
-        (kit.drawn(1, "150,000 random 32-bit patterns"), bits.view(torch.float32)),
+        (kit.drawn(1, kit.Case("150,000 random 32-bit patterns")), bits.view(torch.float32)),
         (
-            kit.drawn(2, "a randn tensor with random column scales"),
+            kit.drawn(2, kit.Case("a randn tensor with random column scales")),
             (torch.randn(500, 300, generator=g, dtype=torch.float64) * scales).float(),
         ),
     ]
@@ -358,7 +367,7 @@ def check_round_to_bf16(round_to_bf16) -> int:
         learner_x = x.clone()
         got = kit.call(round_to_bf16, learner_x, case=name)
         changed = kit.learner(
-            f"{name}: the input after the call",
+            kit.Case("{case}: the input after the call", case=name),
             lambda: int((learner_x.view(torch.int32) != x_bits).sum()),  # noqa: B023 - called at once
         )
         kit.expect_type(got, torch.Tensor, case=name, what=_("the result"))
@@ -427,20 +436,26 @@ def _ulp_cases(name: str) -> list[tuple[str, float]]:
         return float(torch_decode([bits], f)[0])
 
     return [
-        ("one", 1.0),
-        ("a power of two", 4.0),
-        ("a power of two below 1", 0.25),
-        ("just below a power of two", value(to_bits(4.0, f) - 1)),
-        ("a negative number", -3.0),
-        ("a negative number", value(to_bits(-0.1, f))),
-        ("the largest subnormal", value((1 << f.mantissa_bits) - 1)),
-        ("the smallest subnormal", value(1)),
-        ("the smallest normal number", value(1 << f.mantissa_bits)),
-        ("the largest finite number", torch.finfo(f.dtype).max),
-        ("zero", 0.0),
-        (f"not a {name} number", 0.1),
-        (f"a float64 just below a power of two, not a {name} number", math.nextafter(8.0, 0.0)),
-        (f"a float64 just below a power of two, not a {name} number", -math.nextafter(256.0, 0.0)),
+        (kit.Case("one"), 1.0),
+        (kit.Case("a power of two"), 4.0),
+        (kit.Case("a power of two below 1"), 0.25),
+        (kit.Case("just below a power of two"), value(to_bits(4.0, f) - 1)),
+        (kit.Case("a negative number"), -3.0),
+        (kit.Case("a negative number"), value(to_bits(-0.1, f))),
+        (kit.Case("the largest subnormal"), value((1 << f.mantissa_bits) - 1)),
+        (kit.Case("the smallest subnormal"), value(1)),
+        (kit.Case("the smallest normal number"), value(1 << f.mantissa_bits)),
+        (kit.Case("the largest finite number"), torch.finfo(f.dtype).max),
+        (kit.Case("zero"), 0.0),
+        (kit.Case("not a {name} number", name=name), 0.1),
+        (
+            kit.Case("a float64 just below a power of two, not a {name} number", name=name),
+            math.nextafter(8.0, 0.0),
+        ),
+        (
+            kit.Case("a float64 just below a power of two, not a {name} number", name=name),
+            -math.nextafter(256.0, 0.0),
+        ),
     ]
 
 
@@ -470,7 +485,7 @@ def _drawn_ulp_case(rng, i: int) -> tuple[str, float, str, bool]:
     else:
         top = math.frexp(torch.finfo(f.dtype).max)[1] - 1  # the largest power of two in range
         x = rng.choice([-1, 1]) * math.nextafter(2.0 ** rng.randint(3, top), 0.0)
-    return kit.drawn(i, f"ulp({x!r}, {name!r})"), x, name, True
+    return kit.drawn(i, kit.Case("ulp({x}, {name})", x=repr(x), name=repr(name))), x, name, True
 
 
 def _expected_ulp(x: float, name: str, is_drawn: bool) -> float:
@@ -482,7 +497,12 @@ def _expected_ulp(x: float, name: str, is_drawn: bool) -> float:
 def check_ulp(ulp) -> int:
     kit.expect_callable(ulp, "ulp")
     cases = [
-        (f"ulp({x!r}, {name!r}), {description}", x, name, False)
+        (
+            kit.Case("ulp({x}, {name}), {description}", x=repr(x), name=repr(name), description=description),
+            x,
+            name,
+            False,
+        )
         for name in LESSON_FORMATS
         for description, x in _ulp_cases(name)
     ]

@@ -74,13 +74,13 @@ def _underflow_cases():
     with_zeros[::2] = 0.0  # half of the entries are exact zeros (a ReLU's dead units, say)
     return [
         (
-            "values at fp16's subnormal edge (2^-24, 2^-25, 1.5*2^-25, ...), scale 1",
+            kit.Case("values at fp16's subnormal edge (2^-24, 2^-25, 1.5*2^-25, ...), scale 1"),
             [edge],
             1.0,
             torch.float16,
         ),
         (
-            "three tensors of 1000, 10 and 10 elements, scale 1",
+            kit.Case("three tensors of 1000, 10 and 10 elements, scale 1"),
             [
                 _log_uniform(1000, -20, -10, rng),
                 _log_uniform(10, -40, -30, rng),
@@ -89,17 +89,22 @@ def _underflow_cases():
             1.0,
             torch.float16,
         ),
-        ("a tensor with exact zeros in it, scale 2^4", [with_zeros], 2.0**4, torch.float16),
+        (kit.Case("a tensor with exact zeros in it, scale 2^4"), [with_zeros], 2.0**4, torch.float16),
         (
-            "a list with None in it (a frozen parameter), scale 2^10",
+            kit.Case("a list with None in it (a frozen parameter), scale 2^10"),
             [realistic, None, with_zeros[:50]],
             2.0**10,
             torch.float16,
         ),
-        ("log-uniform gradients from 2^-44 to 2^-8, scale 2^16", [realistic], 2.0**16, torch.float16),
-        ("the same gradients in bf16, scale 1", [realistic], 1.0, torch.bfloat16),
         (
-            "a scale that overflows the largest values to inf (inf is not zero), scale 2^16",
+            kit.Case("log-uniform gradients from 2^-44 to 2^-8, scale 2^16"),
+            [realistic],
+            2.0**16,
+            torch.float16,
+        ),
+        (kit.Case("the same gradients in bf16, scale 1"), [realistic], 1.0, torch.bfloat16),
+        (
+            kit.Case("a scale that overflows the largest values to inf (inf is not zero), scale 2^16"),
             [_log_uniform(500, -44, 4, rng)],
             2.0**16,
             torch.float16,
@@ -122,7 +127,14 @@ def _drawn_underflow_case(rng: random.Random, i: int):
     grads = [_log_uniform(n, max(low, -126), rng.randint(-10, 2), rng) for n in sizes]
     scale, dtype = 2.0 ** rng.randint(0, 20), rng.choice([torch.float16, torch.float16, torch.bfloat16])
     name = kit.drawn(
-        i, f"{len(grads)} tensor(s) of {sizes} elements, scale 2^{int(math.log2(scale))}, {dtype}"
+        i,
+        kit.Case(
+            "{count} tensor(s) of {sizes} elements, scale 2^{power}, {dtype}",
+            count=len(grads),
+            sizes=sizes,
+            power=int(math.log2(scale)),
+            dtype=dtype,
+        ),
     )
     return name, grads, scale, dtype
 
@@ -151,7 +163,7 @@ def check_underflow_fraction(underflow_fraction) -> int:
                 )
             )
         unchanged = kit.learner(
-            f"{name} (the gradients it was given, after the call)",
+            kit.Case("{case} (the gradients it was given, after the call)", case=name),
             lambda: [b is None or torch.equal(b, a) for b, a in zip(grads, copies)],  # noqa: B023
         )
         if not all(unchanged):
@@ -176,35 +188,35 @@ def _scaler_cases():
     """(name, hyper-parameters (None: the defaults), steps, {step: injected value}, options)."""
     return [
         (
-            "default hyper-parameters",
+            kit.Case("default hyper-parameters"),
             None,
             12,
             {3: INF, 6: NAN, 7: INF, 10: -INF},  # two overflows in a row at steps 6 and 7
             dict(optimizer="adam"),
         ),
         (
-            "growth_interval=3, growth_factor=4, backoff_factor=0.25, init_scale=1024",
+            kit.Case("growth_interval=3, growth_factor=4, backoff_factor=0.25, init_scale=1024"),
             dict(init_scale=1024.0, growth_factor=4.0, backoff_factor=0.25, growth_interval=3),
             14,
             {6: INF, 10: NAN, 11: NAN},
             dict(optimizer="adam"),
         ),
         (
-            "unscale_ + clip_grad_norm_ before step, growth_interval=2",
+            kit.Case("unscale_ + clip_grad_norm_ before step, growth_interval=2"),
             dict(init_scale=2.0**12, growth_factor=2.0, backoff_factor=0.5, growth_interval=2),
             8,
             {3: INF},
             dict(optimizer="sgd", clip=0.05),
         ),
         (
-            "a frozen parameter (its .grad is None), growth_interval=2",
+            kit.Case("a frozen parameter (its .grad is None), growth_interval=2"),
             dict(init_scale=2.0**8, growth_factor=2.0, backoff_factor=0.5, growth_interval=2),
             6,
             {4: NAN},
             dict(optimizer="adam", frozen=True),
         ),
         (
-            "init_scale=2^127: growing would overflow float32 to inf, growth_interval=1",
+            kit.Case("init_scale=2^127: growing would overflow float32 to inf, growth_interval=1"),
             dict(init_scale=2.0**127, growth_factor=2.0, backoff_factor=0.5, growth_interval=1),
             6,
             {3: INF},
@@ -393,7 +405,7 @@ class _LearnerScalerRun:
     def step(self, label: str):
         """unscale_ and clip (where the case asks for it), then step(optimizer): what it returned."""
         if "clip" in self.options:
-            kit.call(self.scaler.unscale_, self.optimizer, case=f"{label} (unscale_)")
+            kit.call(self.scaler.unscale_, self.optimizer, case=kit.Case("{case} (unscale_)", case=label))
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options["clip"])
         self.before = self.stepped
         return kit.call(self.scaler.step, self.optimizer, case=label)
@@ -407,7 +419,7 @@ class _LearnerScalerRun:
 
     def update(self, label: str):
         """update(), then get_scale()."""
-        kit.call(self.scaler.update, case=f"{label} (update)")
+        kit.call(self.scaler.update, case=kit.Case("{case} (update)", case=label))
         return kit.call(self.scaler.get_scale, case=label)
 
 
@@ -432,14 +444,14 @@ def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) 
 
     clean = 0  # clean steps in a row since the last growth (or growth refused) or overflow
     for step, (x, y) in enumerate(_scaler_batches(n_steps), start=1):
-        label = f"{name}, step {step}"
+        label = kit.Case("{case}, step {step}", case=name, step=step)
         injected = injections.get(step)
         event = None if injected is None else _kind(injected)
         # the reference, on an identical model: the whole step at once
         expected = kit.reference(lambda: ref.iteration(x, y, injected))  # noqa: B023 - called at once
         prev = kit.DEFERRED if expected is kit.DEFERRED else expected["prev"]
         # the learner's scaler
-        scaled = kit.learner(f"{label} (scale)", lambda: side[0].scale(x, y, label))  # noqa: B023
+        scaled = kit.learner(kit.Case("{case} (scale)", case=label), lambda: side[0].scale(x, y, label))  # noqa: B023
         if not scaled["tensor"] or not scaled["requires_grad"]:
             raise kit.CheckFailed(
                 _(
@@ -454,9 +466,9 @@ def _run_scaler_case(DynamicLossScaler, name, hp, n_steps, injections, options) 
             what=_("scale(loss), the loss times the scale"),
             rtol=1e-6,
         )
-        kit.learner(f"{label} (backward)", lambda: side[0].backward(injected))  # noqa: B023
+        kit.learner(kit.Case("{case} (backward)", case=label), lambda: side[0].backward(injected))  # noqa: B023
         returned = kit.learner(label, lambda: side[0].step(label))  # noqa: B023
-        after = kit.learner(f"{label} (after step)", lambda: side[0].after_step())
+        after = kit.learner(kit.Case("{case} (after step)", case=label), lambda: side[0].after_step())
         if not isinstance(returned, bool):
             raise kit.CheckFailed(
                 _(
@@ -525,7 +537,8 @@ def _drawn_scaler_case(rng: random.Random, i: int):
     if rng.random() < 0.5:
         options["clip"] = rng.choice([0.05, 1.0])
     label = ", ".join(f"{k}={_fmt(v)}" for k, v in hp.items())
-    return kit.drawn(i, f"{label}, overflows at steps {sorted(injections)}"), hp, n_steps, injections, options
+    name = kit.Case("{hyper}, overflows at steps {steps}", hyper=label, steps=sorted(injections))
+    return kit.drawn(i, name), hp, n_steps, injections, options
 
 
 @kit.check("e2_dynamic_loss_scaler", points=4)
@@ -576,7 +589,7 @@ def _train_cases():
     widths, batch = [16, 32, 32, 4], 32
     return [
         (
-            "fp16, max_norm=0.05 (clipping active), GradScaler growth_interval=1",
+            kit.Case("fp16, max_norm=0.05 (clipping active), GradScaler growth_interval=1"),
             torch.float16,
             0.05,
             dict(growth_interval=1),
@@ -585,9 +598,9 @@ def _train_cases():
             widths,
             batch,
         ),
-        ("fp16, max_norm=100 (no clipping)", torch.float16, 100.0, {}, 2, None, widths, batch),
+        (kit.Case("fp16, max_norm=100 (no clipping)"), torch.float16, 100.0, {}, 2, None, widths, batch),
         (
-            "bf16, max_norm=0.05, a disabled GradScaler (bf16 needs none)",
+            kit.Case("bf16, max_norm=0.05, a disabled GradScaler (bf16 needs none)"),
             torch.bfloat16,
             0.05,
             dict(enabled=False),
@@ -597,7 +610,7 @@ def _train_cases():
             batch,
         ),
         (
-            "fp16, an input beyond fp16's range at step 2 (overflow)",
+            kit.Case("fp16, an input beyond fp16's range at step 2 (overflow)"),
             torch.float16,
             0.05,
             {},
@@ -607,7 +620,7 @@ def _train_cases():
             batch,
         ),
         (
-            "bf16, max_norm=0.05, GradScaler init_scale=2^10, growth_interval=1",
+            kit.Case("bf16, max_norm=0.05, GradScaler init_scale=2^10, growth_interval=1"),
             torch.bfloat16,
             0.05,
             dict(init_scale=2.0**10, growth_interval=1),
@@ -629,10 +642,20 @@ def _drawn_train_case(rng: random.Random, i: int):
     overflow = rng.choice([None, n_steps]) if dtype == torch.float16 else None
     widths = [rng.randint(4, 24), rng.randint(8, 40), rng.randint(2, 6)]
     batch = rng.randint(4, 40)
+    fields = dict(
+        dtype=dtype, max_norm=max_norm, options=options, widths=widths, batch=batch, overflow=overflow
+    )
     name = kit.drawn(
         i,
-        f"{dtype}, max_norm={max_norm}, GradScaler({options}), mlp({widths}), batch {batch}"
-        + (f", overflow at step {overflow}" if overflow else ""),
+        kit.Case(
+            "{dtype}, max_norm={max_norm}, GradScaler({options}), mlp({widths}), batch {batch}, overflow at step "
+            "{overflow}",
+            **fields,
+        )
+        if overflow
+        else kit.Case(
+            "{dtype}, max_norm={max_norm}, GradScaler({options}), mlp({widths}), batch {batch}", **fields
+        ),
     )
     return name, dtype, max_norm, options, n_steps, overflow, widths, batch
 
@@ -758,7 +781,7 @@ def _run_train_case(
         return side[0].step(amp_train_step, batch_, max_norm, dtype, label)
 
     for step, batch_ in enumerate(_train_batches(n_steps, overflow_step, widths, batch), start=1):
-        label = f"{name}, step {step}"
+        label = kit.Case("{case}, step {step}", case=name, step=step)
         params_before = params
         expected_loss = kit.reference(lambda: _autocast_loss(widths, params_before, batch_, dtype))  # noqa: B023
         stale_message = _(
@@ -766,7 +789,7 @@ def _run_train_case(
             "clear them with optimizer.zero_grad(set_to_none=True), at the end of each step or at its start."
         ).format(case=label)
         got = kit.learner(label, lambda: run_step(batch_, label))  # noqa: B023 - called at once
-        seen = kit.learner(f"{label} (what the check saw)", lambda: side[0].seen())
+        seen = kit.learner(kit.Case("{case} (what the check saw)", case=label), lambda: side[0].seen())
         params, scale_before, stale = seen["params"], seen["scale"], seen["stale"]
         kit.expect_type(got, tuple, case=label, what=_("the result"))
         if len(got) != 2:
@@ -978,7 +1001,7 @@ def _watch(measure_amp_step, device, profile, dtype, steps: int, case: str):
         return got
 
     got = kit.learner(case, run)
-    seen = kit.learner(f"{case} (what the check saw)", lambda: side["seen"])
+    seen = kit.learner(kit.Case("{case} (what the check saw)", case=case), lambda: side["seen"])
     _expect_result(got, case)
     wanted = str(dtype or torch.float32)
     if not seen["dtypes"]:
@@ -1033,8 +1056,14 @@ def run_measure_amp_step_check(measure_amp_step: Callable, device: torch.device 
     profile = E4_PROFILES[device.type]
     kit.expect_callable(measure_amp_step, "measure_amp_step")
     for dtype in E4_DTYPES:
-        name = f"{'bf16 autocast' if dtype else 'fp32'}, mlp({profile['widths']}), batch {profile['batch']} on {device.type}"
-        case = f"{name}, steps={E4_STEPS}"
+        case = kit.Case(
+            "{precision}, mlp({widths}), batch {batch} on {device}, steps={steps}",
+            precision=kit.Case("bf16 autocast") if dtype else "fp32",
+            widths=profile["widths"],
+            batch=profile["batch"],
+            device=device.type,
+            steps=E4_STEPS,
+        )
         got, peak, clock = _watch(measure_amp_step, device, profile, dtype, E4_STEPS, case)
         kit.expect_close(
             got["peak_bytes"],
@@ -1068,7 +1097,7 @@ def run_measure_amp_step_check(measure_amp_step: Callable, device: torch.device 
 def check_measure_amp_step(measure_amp_step) -> int:
     kit.expect_callable(measure_amp_step, "measure_amp_step")
     # what runs anywhere: two steps of a tiny model on the CPU return the right dict
-    case = "a 2-step run of a tiny model on the CPU"
+    case = kit.Case("a 2-step run of a tiny model on the CPU")
     model, optimizer, data = amp_setup(torch.device("cpu"), [8, 16, 4], 32)
     _expect_result(
         kit.call(measure_amp_step, model, data, optimizer, torch.bfloat16, steps=2, case=case), case

@@ -110,21 +110,21 @@ def _e1_public_cases():
     """(name, config, batch, seq, dtype name)."""
     return [
         (
-            "tiny Llama (hidden 64, 4 heads, intermediate 172), batch 2, seq 32, fp32",
+            kit.Case("tiny Llama (hidden 64, 4 heads, intermediate 172), batch 2, seq 32, fp32"),
             tiny_llama_config(),
             2,
             32,
             "fp32",
         ),
         (
-            "tiny Llama (hidden 64, 4 heads, intermediate 172), batch 2, seq 32, bf16",
+            kit.Case("tiny Llama (hidden 64, 4 heads, intermediate 172), batch 2, seq 32, bf16"),
             tiny_llama_config(),
             2,
             32,
             "bf16",
         ),
         (
-            "hidden 96, 6 heads, intermediate 256, batch 1, seq 64, bf16",
+            kit.Case("hidden 96, 6 heads, intermediate 256, batch 1, seq 64, bf16"),
             tiny_llama_config(
                 hidden_size=96, num_attention_heads=6, num_key_value_heads=6, intermediate_size=256
             ),
@@ -133,7 +133,9 @@ def _e1_public_cases():
             "bf16",
         ),
         (
-            "grouped-query attention: 8 heads, 2 key/value heads, hidden 128, batch 3, seq 16, fp32",
+            kit.Case(
+                "grouped-query attention: 8 heads, 2 key/value heads, hidden 128, batch 3, seq 16, fp32"
+            ),
             tiny_llama_config(
                 hidden_size=128, num_attention_heads=8, num_key_value_heads=2, intermediate_size=344
             ),
@@ -142,7 +144,9 @@ def _e1_public_cases():
             "fp32",
         ),
         (
-            "grouped-query attention in bf16: 4 heads, 1 key/value head, hidden 64, batch 2, seq 48",
+            kit.Case(
+                "grouped-query attention in bf16: 4 heads, 1 key/value head, hidden 64, batch 2, seq 48"
+            ),
             tiny_llama_config(num_key_value_heads=1),
             2,
             48,
@@ -151,10 +155,17 @@ def _e1_public_cases():
     ]
 
 
-def _describe_config(config) -> str:
-    return (
-        f"hidden {config.hidden_size}, {config.num_attention_heads} heads, {config.num_key_value_heads} key/value "
-        f"heads, intermediate {config.intermediate_size}"
+def _describe_config(config, batch: int, seq: int, dtype: str) -> kit.Case:
+    return kit.Case(
+        "hidden {hidden}, {heads} heads, {kv} key/value heads, intermediate {intermediate}, batch {batch}, seq {seq}, "
+        "{dtype}",
+        hidden=config.hidden_size,
+        heads=config.num_attention_heads,
+        kv=config.num_key_value_heads,
+        intermediate=config.intermediate_size,
+        batch=batch,
+        seq=seq,
+        dtype=dtype,
     )
 
 
@@ -175,7 +186,7 @@ def _e1_drawn_case(rng: random.Random, i: int):
     # matmul saves as it is (the one shape where the keys and values are not saved at the full head count)
     batch = rng.randint(2 if kv == 1 else 1, 3)
     seq, dtype = rng.choice([8, 16, 24, 40, 64]), rng.choice(["fp32", "bf16"])
-    name = kit.drawn(i, f"{_describe_config(config)}, batch {batch}, seq {seq}, {dtype}")
+    name = kit.drawn(i, _describe_config(config, batch, seq, dtype))
     return name, config, batch, seq, dtype
 
 
@@ -274,6 +285,18 @@ E2_MODELS = {
 }
 
 
+#: the public budgets of Exercise 4.2, by name (the grading reference makes them: references/lesson04.py, `e2_budgets`)
+E2_BUDGETS = {
+    str(name): name
+    for name in (
+        kit.Case("a budget that the plan without checkpointing fits"),
+        kit.Case("a budget a third of the way down from no checkpointing"),
+        kit.Case("a tight budget, just above the lowest peak of any plan"),
+        kit.Case("a budget below the peak of every plan (return None)"),
+    )
+}
+
+
 def _stored_least_flops(model_name: str, budget_name: str) -> int | None:
     return stored()["plan_checkpointing"][model_name][budget_name]["least_flops"]
 
@@ -286,7 +309,7 @@ def _e2_public_cases():
         for budget_name, entry in sorted(entries.items(), key=lambda item: -item[1]["budget"]):
             cases.append(
                 (
-                    f"model {model_name}, {budget_name}",
+                    kit.Case("model {model}, {budget}", model=model_name, budget=E2_BUDGETS[budget_name]),
                     E2_MODELS[model_name],
                     entry["budget"],
                     functools.partial(_stored_least_flops, model_name, budget_name),
@@ -295,9 +318,14 @@ def _e2_public_cases():
     return cases
 
 
-def _describe_model(spec) -> str:
-    return (
-        f"{len(spec['blocks'])} blocks (width, depth) {spec['blocks']}, d={spec['d']}, batch {spec['batch']}"
+def _describe_model(spec, budget: int) -> kit.Case:
+    return kit.Case(
+        "{count} blocks (width, depth) {blocks}, d={d}, batch {batch}, budget {budget:,} bytes",
+        count=len(spec["blocks"]),
+        blocks=spec["blocks"],
+        d=spec["d"],
+        batch=spec["batch"],
+        budget=budget,
     )
 
 
@@ -326,7 +354,7 @@ def _e2_drawn_case(rng: random.Random, i: int):
     blocks, x = budget_stack(spec["d"], spec["blocks"], spec["batch"], seed=i)
     peaks = _plan_peaks(blocks, x)
     budget = rng.choice(peaks[1:-1] or peaks) + rng.randint(0, 512)
-    name = kit.drawn(i, f"{_describe_model(spec)}, budget {budget:,} bytes")
+    name = kit.drawn(i, _describe_model(spec, budget))
     return name, spec, budget, functools.partial(_least_flops_drawn, blocks, x, budget)
 
 
@@ -511,7 +539,7 @@ def _watch_stack(fn, device, profile, use_checkpoint: bool, case: str):
         return got
 
     got = kit.learner(case, watch)
-    saw = kit.learner(f"{case}: what the check saw of the call", lambda: seen)
+    saw = kit.learner(kit.Case("{case}: what the check saw of the call", case=case), lambda: seen)
     _expect_stack_result(got, case)
     steps, calls = profile["steps"], saw["calls"]
     per_layer = (steps + 1) * (2 if use_checkpoint else 1)
@@ -540,9 +568,15 @@ def run_checkpointed_stack_check(fn: Callable, device) -> int:
     kit.expect_callable(fn, "measure_checkpointed_stack")
     peaks = {}
     for use_checkpoint in (False, True):
-        case = (
-            f"{profile['layers']} layers {profile['config']}, batch {profile['batch']}, seq {profile['seq']}, "
-            f"{str(profile['dtype']).removeprefix('torch.')} on {device.type}, checkpoint={use_checkpoint}"
+        case = kit.Case(
+            "{layers} layers {config}, batch {batch}, seq {seq}, {dtype} on {device}, checkpoint={checkpoint}",
+            layers=profile["layers"],
+            config=profile["config"],
+            batch=profile["batch"],
+            seq=profile["seq"],
+            dtype=str(profile["dtype"]).removeprefix("torch."),
+            device=device.type,
+            checkpoint=use_checkpoint,
         )
         got, peak, seconds = _watch_stack(fn, device, profile, use_checkpoint, case)
         kit.expect_close(

@@ -93,35 +93,37 @@ def _e1_cases():
     """(name, model seed, lr, [micro-batch row specs per step]); every step uses the same micro-batches."""
     return [
         (
-            "two micro-batches of the same shape (2 rows x 12 tokens each, no padding)",
+            kit.Case("two micro-batches of the same shape (2 rows x 12 tokens each, no padding)"),
             0,
             0.5,
             [[(12, 0)] * 2] * 2,
             1,
         ),
         (
-            "very different token counts: 1 row of 40 tokens, then 4 rows of 3 tokens",
+            kit.Case("very different token counts: 1 row of 40 tokens, then 4 rows of 3 tokens"),
             1,
             0.5,
             [[(40, 0)], [(3, 0)] * 4],
             1,
         ),
         (
-            "a micro-batch with a single target token (a row of 2 tokens) between two of 2 x 20 tokens",
+            kit.Case(
+                "a micro-batch with a single target token (a row of 2 tokens) between two of 2 x 20 tokens"
+            ),
             2,
             0.5,
             [[(20, 0), (18, 0)], [(2, 0)], [(20, 0), (15, 0)]],
             1,
         ),
         (
-            "one micro-batch only (3 rows of 25, 9 and 4 tokens, right-padded)",
+            kit.Case("one micro-batch only (3 rows of 25, 9 and 4 tokens, right-padded)"),
             3,
             0.5,
             [[(25, 0), (9, 0), (4, 0)]],
             1,
         ),
         (
-            "three micro-batches with prompts labelled -100 and padding, two steps in a row",
+            kit.Case("three micro-batches with prompts labelled -100 and padding, two steps in a row"),
             4,
             0.3,
             [[(30, 10), (12, 0)], [(6, 5), (16, 2), (8, 0)], [(24, 20)]],
@@ -140,7 +142,9 @@ def _drawn_e1_case(rng: random.Random, i: int):
             rows.append((length, prefix))
         specs.append(rows)
     counts = "/".join(str(sum(length - max(1, p) for length, p in rows)) for rows in specs)
-    name = kit.drawn(i, f"{len(specs)} micro-batch(es) with {counts} target tokens")
+    name = kit.drawn(
+        i, kit.Case("{count} micro-batch(es) with {counts} target tokens", count=len(specs), counts=counts)
+    )
     return name, rng.randrange(10**6), rng.choice([0.1, 0.3, 0.5]), specs, rng.choice([1, 2])
 
 
@@ -253,7 +257,7 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
     side: dict = {}  # the learner's model and optimizer, built and touched only inside learner steps
     n_micro = len(micro_batches)
     for step in range(1, n_steps + 1):
-        label = name if n_steps == 1 else f"{name}, step {step}"
+        label = name if n_steps == 1 else kit.Case("{case}, step {step}", case=name, step=step)
 
         def learner_step(label=label):
             if not side:
@@ -273,7 +277,8 @@ def _run_e1_case(train_step_accumulated, name, seed, lr, specs, n_steps) -> None
             )
         kit.expect_type(got, numbers.Real, case=label, what=_("the returned loss"))
         did = kit.learner(
-            f"{label}: the model and optimizer after the step", lambda: _what_the_step_did(side)
+            kit.Case("{case}: the model and optimizer after the step", case=label),
+            lambda: _what_the_step_did(side),
         )
         if did["optimizer steps"] != 1:
             raise kit.CheckFailed(
@@ -481,15 +486,15 @@ def trainer_update(
 def _e2_direct_cases():
     """(name, logits shape, labels, num_items_in_batch): seq_cls_loss called directly, as Trainer would."""
     return [
-        ("4 examples, 2 classes, num_items_in_batch=None (evaluation)", (4, 2), [0, 1, 1, 0], None),
+        (kit.Case("4 examples, 2 classes, num_items_in_batch=None (evaluation)"), (4, 2), [0, 1, 1, 0], None),
         (
-            "3 examples, 3 classes, num_items_in_batch=12 (a micro-batch of an accumulated step)",
+            kit.Case("3 examples, 3 classes, num_items_in_batch=12 (a micro-batch of an accumulated step)"),
             (3, 3),
             [2, 0, 1],
             12,
         ),
         (
-            "5 examples, one labelled -100 (ignored), num_items_in_batch=None",
+            kit.Case("5 examples, one labelled -100 (ignored), num_items_in_batch=None"),
             (5, 2),
             [1, -100, 0, 0, 1],
             None,
@@ -501,7 +506,7 @@ def _e2_trainer_cases():
     """(name, model kind, num_labels, examples, micro-batch size, accumulation steps, seq, seed)."""
     return [
         (
-            "BertForSequenceClassification, 16 examples: micro-batches of 4, accumulation 4",
+            kit.Case("BertForSequenceClassification, 16 examples: micro-batches of 4, accumulation 4"),
             "bert",
             2,
             16,
@@ -511,7 +516,9 @@ def _e2_trainer_cases():
             0,
         ),
         (
-            "LlamaForSequenceClassification, 3 labels, 10 examples: micro-batches of 4, 4 and 2 (accumulation 3)",
+            kit.Case(
+                "LlamaForSequenceClassification, 3 labels, 10 examples: micro-batches of 4, 4 and 2 (accumulation 3)"
+            ),
             "llama",
             3,
             10,
@@ -521,7 +528,7 @@ def _e2_trainer_cases():
             1,
         ),
         (
-            "BertForSequenceClassification, 8 examples: micro-batches of 1, accumulation 8",
+            kit.Case("BertForSequenceClassification, 8 examples: micro-batches of 1, accumulation 8"),
             "bert",
             2,
             8,
@@ -540,7 +547,14 @@ def _drawn_e2_case(rng: random.Random, i: int):
     num_labels = rng.randint(2, 4)
     name = kit.drawn(
         i,
-        f"{kind}, {num_labels} labels, {n} examples, micro-batches of {micro}, accumulation {accumulation}",
+        kit.Case(
+            "{kind}, {num_labels} labels, {n} examples, micro-batches of {micro}, accumulation {accumulation}",
+            kind=kind,
+            num_labels=num_labels,
+            n=n,
+            micro=micro,
+            accumulation=accumulation,
+        ),
     )
     return name, kind, num_labels, n, micro, accumulation, rng.randint(4, 12), rng.randrange(10**6)
 
@@ -588,7 +602,9 @@ def _check_direct(seq_cls_loss, name, shape, labels, num_items) -> None:
             ).format(case=name, shape=tuple(got.shape))
         )
     # the round trip drops autograd history: whether the returned loss had a gradient is read where it was returned
-    if not kit.learner(f"{name}: the loss requires grad", lambda: bool(side["loss"].requires_grad)):
+    if not kit.learner(
+        kit.Case("{case}: the loss requires grad", case=name), lambda: bool(side["loss"].requires_grad)
+    ):
         raise kit.CheckFailed(
             _("case {case}: the loss should be computed from outputs.logits (it has no gradient).").format(
                 case=name
@@ -714,7 +730,14 @@ def _public_zero_cases() -> list[tuple[tuple[int, ...], str]]:
 def _zero_formula_cases() -> list[tuple[str, tuple[int, ...], int, str]]:
     """(name, widths, ranks, strategy) of the public cases that ZeRO's formulas give exactly."""
     return [
-        (f"{strategy}, {world} ranks, widths {widths}", widths, world, strategy)
+        (
+            kit.Case(
+                "{strategy}, {world} ranks, widths {widths}", strategy=strategy, world=world, widths=widths
+            ),
+            widths,
+            world,
+            strategy,
+        )
         for widths, world, strategy in ZERO_FORMULA_CASES
     ]
 
@@ -749,7 +772,13 @@ def check_zero_bytes_per_rank(zero_bytes_per_rank) -> int:
     # plain data only, down to where each expected value comes from: nothing in this frame, which the learner's code
     # runs under, computes or holds one in the grading kernel
     cases = [
-        (f"{strategy}, 2 ranks, mlp widths {widths}", widths, 2, strategy, ("measured",))
+        (
+            kit.Case("{strategy}, 2 ranks, mlp widths {widths}", strategy=strategy, widths=widths),
+            widths,
+            2,
+            strategy,
+            ("measured",),
+        )
         for widths, strategy in _public_zero_cases()
     ]
     cases += [
@@ -761,7 +790,9 @@ def check_zero_bytes_per_rank(zero_bytes_per_rank) -> int:
     for widths in drawn_widths:  # one case per strategy for each MLP drawn at grading time
         for strategy in ZERO_STRATEGIES:
             i += 1
-            name = kit.drawn(i, f"{strategy}, 2 ranks, mlp widths {widths}")
+            name = kit.drawn(
+                i, kit.Case("{strategy}, 2 ranks, mlp widths {widths}", strategy=strategy, widths=widths)
+            )
             cases.append((name, widths, 2, strategy, ("drawn", drawn_widths)))
     for name, widths, world, strategy, source in cases:
         shapes = mlp_shapes(widths)

@@ -75,7 +75,9 @@ def observed_call(label: str, run):
         return value
 
     value = kit.learner(label, result)
-    return value, kit.learner(f"{label}: what the check observed", lambda: side["observed"])
+    return value, kit.learner(
+        kit.Case("{case}: what the check observed", case=label), lambda: side["observed"]
+    )
 
 
 # ---- e1: find_peak -----------------------------------------------------------------------------------------------
@@ -137,10 +139,19 @@ def _step_events(name: str, build, public: bool) -> tuple[list[dict], dict]:
 
 def _e1_public_cases():
     return [
-        ("MLP 256-1024-1024-10, batch 64, AdamW", lambda: _mlp_step((256, 1024, 1024, 10), 64, "adamw")),
-        ("MLP 256-1024-1024-10, batch 512, SGD", lambda: _mlp_step((256, 1024, 1024, 10), 512, "sgd")),
-        ("tiny Llama, batch 4 x 128, AdamW (foreach)", lambda: _llama_step(4, 128, False, "adamw-foreach")),
-        ("tiny Llama, batch 8 x 128, checkpointing, SGD", lambda: _llama_step(8, 128, True, "sgd")),
+        (
+            kit.Case("MLP 256-1024-1024-10, batch 64, AdamW"),
+            lambda: _mlp_step((256, 1024, 1024, 10), 64, "adamw"),
+        ),
+        (
+            kit.Case("MLP 256-1024-1024-10, batch 512, SGD"),
+            lambda: _mlp_step((256, 1024, 1024, 10), 512, "sgd"),
+        ),
+        (
+            kit.Case("tiny Llama, batch 4 x 128, AdamW (foreach)"),
+            lambda: _llama_step(4, 128, False, "adamw-foreach"),
+        ),
+        (kit.Case("tiny Llama, batch 8 x 128, checkpointing, SGD"), lambda: _llama_step(8, 128, True, "sgd")),
     ]
 
 
@@ -150,11 +161,19 @@ def _e1_drawn_case(rng, i: int):
     if rng.random() < 0.5:
         widths = (rng.choice([64, 128, 256]), rng.choice([256, 512, 1024]), rng.choice([256, 512]), 10)
         batch, opt = rng.choice([16, 64, 256]), rng.choice(["adamw", "sgd", "adamw-foreach"])
-        desc = f"MLP {'-'.join(map(str, widths))}, batch {batch}, {opt}"
+        desc = kit.Case(
+            "MLP {widths}, batch {batch}, {opt}", widths="-".join(map(str, widths)), batch=batch, opt=opt
+        )
         return kit.drawn(i, desc), lambda w=widths, b=batch, o=opt, i=i: _mlp_step(w, b, o, seed=i)
     batch, seq = rng.choice([2, 4, 8]), rng.choice([32, 64, 128])
     ckpt, opt = rng.random() < 0.5, rng.choice(["adamw", "sgd"])
-    desc = f"tiny Llama, batch {batch} x {seq}, checkpointing {ckpt}, {opt}"
+    desc = kit.Case(
+        "tiny Llama, batch {batch} x {seq}, checkpointing {ckpt}, {opt}",
+        batch=batch,
+        seq=seq,
+        ckpt=ckpt,
+        opt=opt,
+    )
     return kit.drawn(i, desc), lambda b=batch, s=seq, c=ckpt, o=opt, i=i: _llama_step(b, s, c, o, seed=i)
 
 
@@ -264,22 +283,28 @@ class TimedCase:
 
 def _e2_public_cases() -> list[TimedCase]:
     return [
-        TimedCase("steady 20 ms on the host", [0.02] * 7, warmup=2, repeats=5),
+        TimedCase(kit.Case("steady 20 ms on the host"), [0.02] * 7, warmup=2, repeats=5),
         TimedCase(
-            "slow first calls (compilation, allocator warm-up)",
+            kit.Case("slow first calls (compilation, allocator warm-up)"),
             [0.15, 0.15] + [0.01] * 4,
             warmup=2,
             repeats=4,
         ),
-        TimedCase("alternating 10 ms / 30 ms", [0.01] + [0.01, 0.03] * 3, warmup=1, repeats=6),
+        TimedCase(kit.Case("alternating 10 ms / 30 ms"), [0.01] + [0.01, 0.03] * 3, warmup=1, repeats=6),
         TimedCase(
-            "asynchronous device, warm-up work still queued",
+            kit.Case("asynchronous device, warm-up work still queued"),
             [0.1, 0.1] + [0.02] * 4,
             warmup=2,
             repeats=4,
             asynchronous=True,
         ),
-        TimedCase("asynchronous device, 25 ms per call", [0.025] * 6, warmup=1, repeats=5, asynchronous=True),
+        TimedCase(
+            kit.Case("asynchronous device, 25 ms per call"),
+            [0.025] * 6,
+            warmup=1,
+            repeats=5,
+            asynchronous=True,
+        ),
     ]
 
 
@@ -290,10 +315,9 @@ def _e2_drawn_case(rng, i: int) -> TimedCase:
         rng.uniform(0.01, 0.03) for _ in range(repeats)
     ]
     asynchronous = rng.random() < 0.6
-    kind = "asynchronous device" if asynchronous else "host"
-    return TimedCase(
-        kit.drawn(i - 1, f"{kind}, warm-up {warmup}, repeats {repeats}"), costs, warmup, repeats, asynchronous
-    )
+    kind = kit.Case("asynchronous device") if asynchronous else kit.Case("host")
+    name = kit.Case("{kind}, warm-up {warmup}, repeats {repeats}", kind=kind, warmup=warmup, repeats=repeats)
+    return TimedCase(kit.drawn(i - 1, name), costs, warmup, repeats, asynchronous)
 
 
 def _run_timed_case(time_step, case: TimedCase):
@@ -375,7 +399,7 @@ def check_time_step(time_step) -> int:
         )
         _expect_mean_std(result, kit.reference(lambda: case.expected(seen["durations"])), case=case.name)  # noqa: B023
     # the queue device has checked the synchronisation; a GPU adds a real one (where the learner's code runs)
-    if not kit.learner("a CUDA GPU for the timing of real work", torch.cuda.is_available):
+    if not kit.learner(kit.Case("a CUDA GPU for the timing of real work"), torch.cuda.is_available):
         return len(cases)
     run_cuda_timing_case(time_step)
     return len(cases) + 1
@@ -385,7 +409,7 @@ def run_cuda_timing_case(time_step) -> None:
     """The GPU stage: a queue of bf16 matmuls (asynchronous: the call returns before they run), timed with
     `sync=None`, which must mean torch.cuda.synchronize; compared with CUDA events around the same calls (the check's
     own clock, read in the learner step, in the process that runs the learner's call)."""
-    case = "CUDA matmuls, sync=None"
+    case = kit.Case("CUDA matmuls, sync=None")
 
     def run():
         a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -439,10 +463,10 @@ def max_calls(max_batch: int) -> int:
 
 def _e3_public_cases():
     return [
-        ("fits up to 13 of 64", 13, 64),
-        ("nothing fits", 0, 32),
-        ("everything fits", 48, 48),
-        ("fits 1 of 100", 1, 100),
+        (kit.Case("fits up to 13 of 64"), 13, 64),
+        (kit.Case("nothing fits"), 0, 32),
+        (kit.Case("everything fits"), 48, 48),
+        (kit.Case("fits 1 of 100"), 1, 100),
     ]
 
 
@@ -450,7 +474,7 @@ def _e3_drawn_case(rng, i: int):
     """A threshold drawn at grading time (numbered from 0, as the cases always were)."""
     top = rng.randint(8, 500)
     fits = rng.randint(0, top)
-    return kit.drawn(i - 1, f"fits up to {fits} of {top}"), fits, top
+    return kit.drawn(i - 1, kit.Case("fits up to {fits} of {top}", fits=fits, top=top)), fits, top
 
 
 def _search_fake_steps(largest_micro_batch, fits: int, top: int, name: str):
@@ -497,7 +521,7 @@ def check_largest_micro_batch(largest_micro_batch) -> int:
                     "most {limit} steps for max_batch={max_batch}), do not scan."
                 ).format(case=name, steps=n_steps, limit=max_calls(top), max_batch=top)
             )
-    name = "a step that fails with another error"
+    name = kit.Case("a step that fails with another error")
     outcome = kit.learner(name, lambda: _other_error_outcome(largest_micro_batch))
     if outcome["raised"] is None:
         raise kit.CheckFailed(
@@ -542,7 +566,7 @@ def run_cuda_oom_case(largest_micro_batch, max_batch: int = 64, headroom: int = 
     out-of-memory errors, then check the answer under the same cap and that no memory was left held. The cap, the
     search and the check's own runs of the answer (and of one more) are one learner step: the process that ran the
     search is the one whose memory is looked at."""
-    case = f"real CUDA steps, {headroom // MiB} MiB of headroom"
+    case = kit.Case("real CUDA steps, {headroom} MiB of headroom", headroom=headroom // MiB)
 
     def run():
         steps = CudaSteps()
@@ -847,7 +871,7 @@ def rebuilt_args(data: dict):
 def _unknown_setup_outcome(trade_off_args, folder: str):
     """The message of the failure the learner's function met on an unknown set-up (None if it returned)."""
     try:
-        kit.call(trade_off_args, "fp16", folder, 2, case="an unknown set-up")
+        kit.call(trade_off_args, "fp16", folder, 2, case=kit.Case("an unknown set-up"))
     except kit.CheckFailed as failure:
         return str(failure)
     return None
@@ -874,12 +898,11 @@ def check_trade_off_args(trade_off_args) -> int:
                         "optimizer); these arguments differ from fp32's too: {differ}."
                     ).format(case=setup, differ=differ)
                 )
-        failure = kit.learner("an unknown set-up", lambda: _unknown_setup_outcome(trade_off_args, folder))
+        unknown = kit.Case("an unknown set-up")
+        failure = kit.learner(unknown, lambda: _unknown_setup_outcome(trade_off_args, folder))
         if failure is None:
             raise kit.CheckFailed(
-                _('case {case} ("fp16"): should raise ValueError; it returned.').format(
-                    case="an unknown set-up"
-                )
+                _('case {case} ("fp16"): should raise ValueError; it returned.').format(case=unknown)
             )
         if "ValueError" not in failure:
             raise kit.CheckFailed(failure)  # what your function raised instead, as `call` said it
@@ -1023,7 +1046,10 @@ def _measure_through(measure_trainer, case: str):
 def check_measure_trainer(measure_trainer) -> int:
     kit.expect_callable(measure_trainer, "measure_trainer")
     kit.needs_hardware(cuda=True, passed="")
-    case = f"a bf16 Llama classifier (hidden 1024, vocabulary 32,000) for {E5_STEPS} steps on the GPU"
+    case = kit.Case(
+        "a bf16 Llama classifier (hidden 1024, vocabulary 32,000) for {steps} steps on the GPU",
+        steps=E5_STEPS,
+    )
     rise = kit.reference(_reference_train_rise)
     result, seen = _measure_through(measure_trainer, case)
     times = seen["step_seconds"]

@@ -35,7 +35,6 @@ import numbers
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from autograders import kit
 from autograders.kit import _
@@ -96,14 +95,17 @@ def _e1_cases() -> list[tuple[str, torch.Tensor]]:
     special = torch.randn(64, generator=g) * 5
     special[[3, 17, 40]] = torch.tensor([float("inf"), float("-inf"), float("nan")])
     cases = [
-        ("activations, N(0, 3^2), 32 x 64", torch.randn(32, 64, generator=g) * 3),
-        ("gradients around 1e-6", torch.randn(32, 64, generator=g) * 1e-6),
-        ("huge values around 1e30", torch.randn(16, 16, generator=g) * 1e30),
-        ("all zeros", torch.zeros(8, 8)),
-        ("with +inf, -inf and NaN", special),
-        ("amax below float32's normal range (1e-40)", torch.tensor([1e-40, -5e-41, 0.0])),
-        ("one outlier 1e4 among N(0, 1)", torch.cat([torch.randn(255, generator=g), torch.tensor([1e4])])),
-        ("bf16 input", (torch.randn(16, 32, generator=g) * 20).bfloat16()),
+        (kit.Case("activations, N(0, 3^2), 32 x 64"), torch.randn(32, 64, generator=g) * 3),
+        (kit.Case("gradients around 1e-6"), torch.randn(32, 64, generator=g) * 1e-6),
+        (kit.Case("huge values around 1e30"), torch.randn(16, 16, generator=g) * 1e30),
+        (kit.Case("all zeros"), torch.zeros(8, 8)),
+        (kit.Case("with +inf, -inf and NaN"), special),
+        (kit.Case("amax below float32's normal range (1e-40)"), torch.tensor([1e-40, -5e-41, 0.0])),
+        (
+            kit.Case("one outlier 1e4 among N(0, 1)"),
+            torch.cat([torch.randn(255, generator=g), torch.tensor([1e4])]),
+        ),
+        (kit.Case("bf16 input"), (torch.randn(16, 32, generator=g) * 20).bfloat16()),
     ]
     return cases
 
@@ -114,7 +116,12 @@ def _drawn_e1_case(rng, i: int) -> tuple[str, torch.Tensor]:
     shape = (rng.randint(1, 40), rng.randint(1, 40))
     gen = torch.Generator().manual_seed(rng.randrange(2**31))
     return (
-        kit.drawn(i - 1, f"{shape[0]} x {shape[1]}, scale {magnitude:.2g}"),
+        kit.drawn(
+            i - 1,
+            kit.Case(
+                "{rows} x {cols}, scale {magnitude:.2g}", rows=shape[0], cols=shape[1], magnitude=magnitude
+            ),
+        ),
         torch.randn(*shape, generator=gen) * magnitude,
     )
 
@@ -135,7 +142,7 @@ def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
         cases = [(*case, True) for case in _e1_cases()]
         cases += [(*case, False) for case in kit.drawn_cases(f"e1_quantize_fp8/{fmt}", 3, _drawn_e1_case)]
         for name, x, public in cases:
-            case = f"{fmt}, {name}"
+            case = kit.Case("{fmt}, {case}", fmt=fmt, case=name)
             result = kit.call(quantize_fp8, x.clone(), fmt, case=case)
             kit.expect_type(result, tuple, case=case, what=_("the result"))
             if len(result) != 2:
@@ -185,7 +192,9 @@ def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
                     )
                 )
             # the decoded x_fp8 and scale, as copies: what the learner's code does to them changes no later step
-            back = kit.call(dequantize_fp8, q.clone(), scale.clone(), case=f"{case} (dequantize)")
+            back = kit.call(
+                dequantize_fp8, q.clone(), scale.clone(), case=kit.Case("{case} (dequantize)", case=case)
+            )
             kit.expect_type(back, torch.Tensor, case=case, what=_("dequantize_fp8's result"))
             if back.dtype != torch.float32 or back.shape != x.shape:
                 raise kit.CheckFailed(
@@ -216,21 +225,35 @@ def check_quantize_fp8(quantize_fp8, dequantize_fp8) -> int:
 #: (name, fmt, amax_history_len, amax_compute_algo, margin, amaxes)
 E2_PUBLIC = [
     (
-        "growing activations, max over 4",
+        kit.Case("growing activations, max over 4"),
         "e4m3",
         4,
         "max",
         0,
         [1.0, 2.0, 4.0, 8.0, 16.0, 3.0, 2.0, 1.0, 1.0, 1.0],
     ),
-    ("one spike, max over 3 (it ages out)", "e4m3", 3, "max", 0, [2.0, 2.0, 100.0, 2.0, 2.0, 2.0, 2.0, 2.0]),
-    ("one spike, most_recent", "e4m3", 3, "most_recent", 0, [2.0, 2.0, 100.0, 2.0, 2.0, 2.0]),
-    ("margin 2", "e4m3", 2, "max", 2, [3.0, 5.0, 0.5, 0.5]),
-    ("gradients in E5M2", "e5m2", 4, "max", 0, [1e-4, 3e-4, 2e-5, 7e-5, 1e-5, 1e-5]),
-    ("an amax of 0 keeps the scale", "e4m3", 1, "max", 0, [4.0, 0.0, 0.0, 8.0]),
-    ("inf and NaN keep the scale", "e4m3", 1, "most_recent", 0, [4.0, float("inf"), float("nan"), 2.0]),
-    ("an amax too small for float32's scale", "e4m3", 1, "max", 0, [1e-38, 1e-40, 1.0]),
-    ("history of 1", "e5m2", 1, "max", 1, [10.0, 1.0, 1000.0]),
+    (
+        kit.Case("one spike, max over 3 (it ages out)"),
+        "e4m3",
+        3,
+        "max",
+        0,
+        [2.0, 2.0, 100.0, 2.0, 2.0, 2.0, 2.0, 2.0],
+    ),
+    (kit.Case("one spike, most_recent"), "e4m3", 3, "most_recent", 0, [2.0, 2.0, 100.0, 2.0, 2.0, 2.0]),
+    (kit.Case("margin 2"), "e4m3", 2, "max", 2, [3.0, 5.0, 0.5, 0.5]),
+    (kit.Case("gradients in E5M2"), "e5m2", 4, "max", 0, [1e-4, 3e-4, 2e-5, 7e-5, 1e-5, 1e-5]),
+    (kit.Case("an amax of 0 keeps the scale"), "e4m3", 1, "max", 0, [4.0, 0.0, 0.0, 8.0]),
+    (
+        kit.Case("inf and NaN keep the scale"),
+        "e4m3",
+        1,
+        "most_recent",
+        0,
+        [4.0, float("inf"), float("nan"), 2.0],
+    ),
+    (kit.Case("an amax too small for float32's scale"), "e4m3", 1, "max", 0, [1e-38, 1e-40, 1.0]),
+    (kit.Case("history of 1"), "e5m2", 1, "max", 1, [10.0, 1.0, 1000.0]),
 ]
 
 
@@ -239,7 +262,14 @@ def _drawn_e2_case(rng, i: int) -> tuple:
     fmt = rng.choice(["e4m3", "e5m2"])
     length, algo, margin = rng.randint(1, 6), rng.choice(["max", "most_recent"]), rng.randint(0, 3)
     amaxes = [10.0 ** rng.uniform(-6, 4) if rng.random() > 0.1 else 0.0 for _ in range(rng.randint(4, 12))]
-    desc = f"{fmt}, history {length}, {algo}, margin {margin}, {len(amaxes)} steps"
+    desc = kit.Case(
+        "{fmt}, history {length}, {algo}, margin {margin}, {steps} steps",
+        fmt=fmt,
+        length=length,
+        algo=algo,
+        margin=margin,
+        steps=len(amaxes),
+    )
     return kit.drawn(i - 1, desc), fmt, length, algo, margin, amaxes, False
 
 
@@ -257,7 +287,14 @@ def check_delayed_scaler(DelayedScaler) -> int:  # noqa: N803 - the learner's cl
     cases += kit.drawn_cases("e2_delayed_scaler", 3, _drawn_e2_case)
     for name, fmt, length, algo, margin, amaxes, public in cases:
         expected = kit.reference(lambda: _expected_scales(name, fmt, length, algo, margin, amaxes, public))  # noqa: B023
-        case = f"{name} ({fmt}, amax_history_len={length}, {algo!r}, margin={margin})"
+        case = kit.Case(
+            "{case} ({fmt}, amax_history_len={length}, {algo}, margin={margin})",
+            case=name,
+            fmt=fmt,
+            length=length,
+            algo=repr(algo),
+            margin=margin,
+        )
         side = {}  # the learner's scaler, filled by learner steps only (the judge never has it)
         settings = dict(amax_history_len=length, amax_compute_algo=algo, margin=margin)
         got = kit.learner(case, lambda: _build(side, DelayedScaler, fmt, settings, case))  # noqa: B023 - called at once
@@ -270,7 +307,7 @@ def check_delayed_scaler(DelayedScaler) -> int:  # noqa: N803 - the learner's cl
             reveal=False,
         )
         for step, amax in enumerate(amaxes, start=1):
-            label = f"{case}, update({amax:g})"
+            label = kit.Case("{case}, update({amax:g})", case=case, amax=amax)
             got = kit.learner(label, lambda: _update(side, label, amax, case, step))  # noqa: B023 - called at once
             kit.expect_close(
                 got,
@@ -330,12 +367,15 @@ def _e3_cases() -> list[tuple[str, torch.Tensor]]:
     outliers[2, 70] = -5e4
     mixed = torch.randn(2, 96, generator=g) * torch.logspace(-6, 6, 96)
     cases = [
-        ("N(0, 1), 8 x 64", torch.randn(8, 64, generator=g)),
-        ("an outlier in some blocks", outliers),
-        ("blocks 12 orders of magnitude apart", mixed),
-        ("a block of zeros", torch.cat([torch.zeros(1, 32), torch.randn(1, 32, generator=g)], dim=1)),
-        ("exact powers of two times 448", torch.tensor([[448.0 * 2.0**k for k in range(-16, 16)]])),
-        ("3-d activations (2, 3, 64)", torch.randn(2, 3, 64, generator=g) * 7),
+        (kit.Case("N(0, 1), 8 x 64"), torch.randn(8, 64, generator=g)),
+        (kit.Case("an outlier in some blocks"), outliers),
+        (kit.Case("blocks 12 orders of magnitude apart"), mixed),
+        (
+            kit.Case("a block of zeros"),
+            torch.cat([torch.zeros(1, 32), torch.randn(1, 32, generator=g)], dim=1),
+        ),
+        (kit.Case("exact powers of two times 448"), torch.tensor([[448.0 * 2.0**k for k in range(-16, 16)]])),
+        (kit.Case("3-d activations (2, 3, 64)"), torch.randn(2, 3, 64, generator=g) * 7),
     ]
     return cases
 
@@ -345,7 +385,7 @@ def _drawn_e3_case(rng, i: int) -> tuple[str, torch.Tensor]:
     rows, blocks = rng.randint(1, 6), rng.randint(1, 5)
     gen = torch.Generator().manual_seed(rng.randrange(2**31))
     x = torch.randn(rows, blocks * BLOCK, generator=gen) * 10.0 ** rng.uniform(-5, 5)
-    return kit.drawn(i - 1, f"{rows} x {blocks * BLOCK}"), x
+    return kit.drawn(i - 1, kit.Case("{rows} x {cols}", rows=rows, cols=blocks * BLOCK)), x
 
 
 @kit.check("e3_quantize_mxfp8", points=2)
@@ -420,28 +460,22 @@ def check_quantize_mxfp8(quantize_mxfp8) -> int:
 # ---- e4: fp8_matmul ----------------------------------------------------------------------------------------------
 
 
-class _SeenOps(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops: set[str] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.add(str(func.overloadpacket.__name__))
-        return func(*args, **(kwargs or {}))
-
-
 def _e4_cases(device: str) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(3)
-    sizes = [("64 x 128 @ 128 x 96", 64, 128, 96), ("16 x 256 @ 256 x 32, values around 1e-3", 16, 256, 32)]
+    sizes = [
+        (kit.Case("64 x 128 @ 128 x 96"), 64, 128, 96),
+        (kit.Case("16 x 256 @ 256 x 32, values around 1e-3"), 16, 256, 32),
+    ]
     if device == "cuda":
-        sizes.append(("1024 x 1024 @ 1024 x 2048", 1024, 1024, 2048))
+        sizes.append((kit.Case("1024 x 1024 @ 1024 x 2048"), 1024, 1024, 2048))
     cases = []
     for name, m, k, n in sizes:
         a = torch.randn(m, k, generator=g)
         b = torch.randn(k, n, generator=g)
         if "1e-3" in name:
             a, b = a * 1e-3, b * 1e-3
-        cases.append((f"{name} ({device})", a.to(device, torch.bfloat16), b.to(device, torch.bfloat16)))
+        case = kit.Case("{case} ({device})", case=name, device=device)
+        cases.append((case, a.to(device, torch.bfloat16), b.to(device, torch.bfloat16)))
     return cases
 
 
@@ -458,7 +492,7 @@ def cpu_scaled_mm_works() -> bool:
 
 def _seen_call(fp8_matmul, a: torch.Tensor, b: torch.Tensor, case: str, side: dict):
     """A learner step: fp8_matmul on copies of a and b, under a dispatch mode that notes the ops it ran."""
-    seen = _SeenOps()
+    seen = kit.op_recorder()
     with seen:
         out = kit.call(fp8_matmul, a.clone(), b.clone(), case=case)
     side["ops"] = seen.ops
@@ -470,7 +504,8 @@ def run_fp8_matmul_cases(fp8_matmul, device: str) -> int:
     for case, a, b in cases:
         side = {}  # the ops the learner's call dispatched, filled by the learner step only
         out = kit.learner(case, lambda: _seen_call(fp8_matmul, a, b, case, side))  # noqa: B023 - called at once
-        scaled_mm = kit.learner(f"{case}: torch._scaled_mm dispatched", lambda: "_scaled_mm" in side["ops"])  # noqa: B023
+        dispatched = kit.Case("{case}: torch._scaled_mm dispatched", case=case)
+        scaled_mm = kit.learner(dispatched, lambda: "_scaled_mm" in side["ops"])  # noqa: B023 - called at once
         kit.expect_type(out, torch.Tensor, case=case, what=_("the result"))
         if out.dtype != torch.bfloat16 or tuple(out.shape) != (a.shape[0], b.shape[1]):
             raise kit.CheckFailed(

@@ -63,7 +63,7 @@ HEADROOM = 0.10
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 #: the graded run (Exercise 8.3)
 N_EVAL = 256
-ACCURACY_BAR = 0.65
+ACCURACY_BAR = 0.60
 
 
 class _Quiet(warnings.catch_warnings):
@@ -105,7 +105,7 @@ def _expected_plan(case: str, gpu: float, seq: int, public: bool) -> dict | None
 
 def _e1_cases(rng) -> list[tuple[str, float, int, bool]]:
     """(case, GPU GiB, sequence length, public)"""
-    cases = [(f"{gpu} GiB, seq {seq}", gpu, seq, True) for gpu, seq in E1_PUBLIC]
+    cases = [(kit.Case("{gpu} GiB, seq {seq}", gpu=gpu, seq=seq), gpu, seq, True) for gpu, seq in E1_PUBLIC]
     if rng is not None:
         found, tries = 0, 0
         while found < 2 and tries < 12:
@@ -113,7 +113,9 @@ def _e1_cases(rng) -> list[tuple[str, float, int, bool]]:
             gpu, seq = rng.choice(E1_DRAWN_GPUS), rng.choice(E1_DRAWN_SEQS)
             if (gpu, seq) in E1_TOO_CLOSE or (gpu, seq) in E1_PUBLIC:
                 continue  # too close to the budget to be decided robustly: draw again
-            cases.append((kit.drawn(found, f"{gpu} GiB, seq {seq}"), gpu, seq, False))
+            cases.append(
+                (kit.drawn(found, kit.Case("{gpu} GiB, seq {seq}", gpu=gpu, seq=seq)), gpu, seq, False)
+            )
             found += 1
     return cases
 
@@ -266,7 +268,12 @@ def _drawn_lora_case(rng, i: int) -> LoraCase:
     task = rng.choice(("causal-lm", "seq-cls"))
     seed = rng.randrange(1000)
     return LoraCase(
-        kit.drawn(i - 1, f"a random {layers}-layer Llama ({task}), rank {rank}"),
+        kit.drawn(
+            i - 1,
+            kit.Case(
+                "a random {layers}-layer Llama ({task}), rank {rank}", layers=layers, task=task, rank=rank
+            ),
+        ),
         lambda: build_model(tiny_llama_config(num_hidden_layers=layers), task, seed=seed),
         rank,
         task,
@@ -276,25 +283,25 @@ def _drawn_lora_case(rng, i: int) -> LoraCase:
 def _e2_cases() -> list[LoraCase]:
     cases = [
         LoraCase(
-            "the tiny pretrained base as a causal LM, rank 16",
+            kit.Case("the tiny pretrained base as a causal LM, rank 16"),
             _seeded(lambda: load_tiny_base("causal-lm")[0]),
             16,
             "causal-lm",
         ),
         LoraCase(
-            "the tiny pretrained base as a classifier, rank 8",
+            kit.Case("the tiny pretrained base as a classifier, rank 8"),
             _seeded(lambda: load_tiny_base("seq-cls")[0]),
             8,
             "seq-cls",
         ),
         LoraCase(
-            "a random 2-layer Llama classifier with 3 labels, rank 4",
+            kit.Case("a random 2-layer Llama classifier with 3 labels, rank 4"),
             lambda: build_model(tiny_llama_config(), "seq-cls", num_labels=3),
             4,
             "seq-cls",
         ),
         LoraCase(
-            "Llama-2-7B on the meta device (bf16), rank 16",
+            kit.Case("Llama-2-7B on the meta device (bf16), rank 16"),
             lambda: build_model(llama2_7b_config(), dtype=torch.bfloat16, device="meta"),
             16,
             "causal-lm",
@@ -462,7 +469,8 @@ def check_add_lora(add_lora) -> int:
                 )
             )
         if not lora_case.on_meta:
-            got = kit.learner(f"{case}: the adapted model's logits", lambda: _adapted_logits(side))  # noqa: B023
+            logits = kit.Case("{case}: the adapted model's logits", case=case)
+            got = kit.learner(logits, lambda: _adapted_logits(side))  # noqa: B023
             if kit.judging():
                 base_logits = expected["logits"]
                 if not torch.allclose(got, base_logits, atol=1e-5, rtol=1e-5):
@@ -697,8 +705,8 @@ def _reload_adapter(files: dict):
 
 @kit.check("e3_graded_run", points=3)
 def check_graded_run(run_dir) -> int:
-    case = "your run"
-    files = kit.learner("the run handed in", lambda: _run_files(Path(run_dir)))
+    case = kit.Case("your run")
+    files = kit.learner(kit.Case("the run handed in"), lambda: _run_files(Path(run_dir)))
     path = files["run_json_path"]
     if files["run_json"] is None:
         raise kit.CheckFailed(
@@ -871,15 +879,16 @@ E4_TARGETS = ("q_proj", "o_proj")
 
 def _drawn_merge_case(rng, i: int) -> tuple[str, int, int, torch.dtype, int]:
     rank, alpha = rng.choice((2, 4, 8, 32)), rng.choice((1, 8, 16, 64))
-    return kit.drawn(i - 1, f"rank {rank}, alpha {alpha}"), rank, alpha, torch.float32, rng.randrange(1000)
+    name = kit.Case("rank {rank}, alpha {alpha}", rank=rank, alpha=alpha)
+    return kit.drawn(i - 1, name), rank, alpha, torch.float32, rng.randrange(1000)
 
 
 def _e4_cases() -> list[tuple[str, int, int, torch.dtype, int]]:
     """(case, rank, alpha, base dtype, seed)"""
     cases = [
-        ("rank 8, alpha 16, fp32 base", 8, 16, torch.float32, 0),
-        ("rank 4, alpha 32 (scaling 8), fp32 base", 4, 32, torch.float32, 1),
-        ("rank 16, alpha 32, bf16 base", 16, 32, torch.bfloat16, 2),
+        (kit.Case("rank 8, alpha 16, fp32 base"), 8, 16, torch.float32, 0),
+        (kit.Case("rank 4, alpha 32 (scaling 8), fp32 base"), 4, 32, torch.float32, 1),
+        (kit.Case("rank 16, alpha 32, bf16 base"), 16, 32, torch.bfloat16, 2),
     ]
     return cases + kit.drawn_cases("e4_merged_weight", 2, _drawn_merge_case)
 
@@ -980,7 +989,7 @@ def _expect_measurement(result, *, case: str) -> tuple[int, float]:
 @kit.check("e5_measure_lora_step", points=1, rerun=True)
 def check_measure_lora_step(measure_lora_step) -> int:
     kit.expect_callable(measure_lora_step, "measure_lora_step")
-    case = "one layer of Llama-2-7B on the CPU, seq 64, micro-batch 1, checkpointing"
+    case = kit.Case("one layer of Llama-2-7B on the CPU, seq 64, micro-batch 1, checkpointing")
     with _Quiet():
         result = kit.call(measure_lora_step, 64, 1, True, layers=1, device="cpu", case=case)
     peak, _seconds = _expect_measurement(result, case=case)
@@ -998,7 +1007,7 @@ def check_measure_lora_step(measure_lora_step) -> int:
     # the GPU stage needs the simulated 13.25 GiB (seq 1024, micro-batch 1, checkpointing) plus the CUDA context:
     # 20 GiB of reported capacity
     kit.needs_hardware(cuda=True, min_gpu_gb=20, passed=_("the one-layer CPU stage passed"))
-    case = "Llama-2-7B on the GPU, seq 1024, micro-batch 1, checkpointing"
+    case = kit.Case("Llama-2-7B on the GPU, seq 1024, micro-batch 1, checkpointing")
     result = kit.call(measure_lora_step, 1024, 1, True, layers=32, device="cuda", case=case)
     peak, _seconds = _expect_measurement(result, case=case)
     simulated = kit.reference(lambda: simulate_7b_lora_step(1024, 1, True).peak_bytes)

@@ -463,7 +463,8 @@ def lesson_template(nb, slug: str, filename: str, language: str = "ko") -> Catal
 
 
 def code_template(domain: str, language: str = "ko", root: Path = ROOT) -> Catalog:
-    """The messages of a package's code: every `_("...")` in <root>/<domain>/*.py (Babel's Python extractor)."""
+    """The messages of a package's code: every `_("...")`, `N_("...")` and `Case("...")` in <root>/<domain>/*.py
+    (Babel's Python extractor)."""
     from babel.messages.extract import extract_from_file
 
     package = root / domain
@@ -471,7 +472,10 @@ def code_template(domain: str, language: str = "ko", root: Path = ROOT) -> Catal
     template = new_catalog(language, domain, header)
     for path in sorted(package.glob("*.py")):
         for lineno, message, comments, context in extract_from_file(
-            "python", str(path), keywords={"_": None, "N_": None}, comment_tags=("Translators:",)
+            "python",
+            str(path),
+            keywords={"_": None, "N_": None, "Case": None},
+            comment_tags=("Translators:",),
         ):
             flags = ["python-brace-format"] if re.search(r"\{\w*[^{}]*\}", message) else []
             template.add(

@@ -8,6 +8,8 @@ import time
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from autograders.lesson04 import E2_BUDGETS
+
 
 def llama_layer_saved_bytes(config, batch: int, seq: int, bytes_per_value: int) -> int:
     """Exercise 4.1: the bytes one eager-attention Llama decoder layer saves for backward (HF's modeling_llama).
@@ -74,12 +76,15 @@ def e2_budgets(table) -> dict[str, int]:
     no_plan = table[()][0]
     everything = table[max(table, key=len)][0]
     lowest = min(peak for peak, _ in table.values())
-    return {
-        "a budget that the plan without checkpointing fits": no_plan + 4096,
-        "a budget a third of the way down from no checkpointing": no_plan - (no_plan - everything) // 3,
-        "a tight budget, just above the lowest peak of any plan": lowest + (no_plan - lowest) // 10,
-        "a budget below the peak of every plan (return None)": lowest - 1,
-    }
+    budgets = (
+        no_plan + 4096,
+        no_plan - (no_plan - everything) // 3,
+        lowest + (no_plan - lowest) // 10,
+        lowest - 1,
+    )
+    return dict(
+        zip(E2_BUDGETS, budgets, strict=True)
+    )  # their names, in this order, as the check declares them
 
 
 def measure_checkpointed_stack(

@@ -10,6 +10,7 @@ texts and fields alone). A new English message written as an f-string fails it, 
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -135,3 +136,73 @@ def test_english_stays_as_written():
     assert i18n.language() == "en"
     assert kit.success_line("e1_x", 1) == "✓ e1_x: 1 case passed"
     assert kit.success_line("e1_x", 3) == "✓ e1_x: 3 cases passed"
+
+
+def test_a_case_shows_its_korean_name_and_keeps_its_english_key(korean):
+    """A case's name is recorded and replayed by its English text (the key), and shown in the kernel's language: a
+    Korean learner reads '케이스 모멘텀 있는 SGD', the transcript holds 'SGD with momentum' whichever language
+    collected it, and a name composed of names is composed the same way on both sides."""
+    import copy
+    import pickle
+
+    case = kit.Case("SGD with momentum")
+    assert case == "SGD with momentum" and str(case) == "SGD with momentum" and hash(case) == hash(str(case))
+    assert f"{case}" == "모멘텀 있는 SGD"
+    with pytest.raises(kit.CheckFailed) as failed:
+        kit.expect_equal(3, 2, case=case, what="x")
+    assert str(failed.value).startswith("케이스 모멘텀 있는 SGD: x")
+    drawn = kit.drawn(2, kit.Case("shapes {shapes}, min_8bit_size={min_size}", shapes=[(3, 4)], min_size=100))
+    assert drawn == "drawn at grading time #2, shapes [(3, 4)], min_8bit_size=100"
+    assert f"{drawn}" == "채점 때 뽑은 #2(shape [(3, 4)], min_8bit_size=100)"
+    for copied in (copy.deepcopy(drawn), pickle.loads(pickle.dumps(drawn))):
+        assert copied == drawn and f"{copied}" == f"{drawn}"
+
+    @kit.check("e9_cases", points=1)
+    def two_cases(fn):
+        for name in (case, drawn):
+            kit.expect_equal(kit.call(fn, 2, case=name), 4, case=name, what="fn(2)")
+        return 2
+
+    transcript = kit.collect(two_cases.check, (lambda x: x * 2,), {})
+    assert [r.label for r in transcript.records] == [str(case), str(drawn)]  # English, from a Korean kernel
+    assert json.loads(json.dumps(transcript.to_data()))["records"][0]["label"] == "SGD with momentum"
+
+
+#: where a case's name is written: `case=` of every kit helper, the label of `learner`, the description of `drawn`,
+#: and the variables the checks keep names in
+CASE_KEYWORDS = {"case"}
+CASE_VARIABLES = {"case", "label", "name", "desc", "first_case"}
+
+
+def _cases_written_as_text(path: Path) -> list[str]:
+    """Case names written as an f-string or a string with words in it, instead of `kit.Case(...)`: shown in English to a
+    Korean learner, or (an f-string of a Case) recorded under a translated key."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    problems = []
+
+    def text(node) -> bool:
+        return isinstance(node, ast.JoinedStr) or (
+            isinstance(node, ast.Constant) and isinstance(node.value, str) and WORD.search(node.value)
+        )
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            written = [k.value for k in node.keywords if k.arg in CASE_KEYWORDS]
+            if name == "learner" and node.args:
+                written.append(node.args[0])
+            if name == "drawn" and len(node.args) > 1:
+                written.append(node.args[1])
+            problems += [f"{path.name}:{node.lineno}: {name}(...)" for value in written if text(value)]
+        if isinstance(node, ast.Assign) and text(node.value):
+            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            problems += [f"{path.name}:{node.lineno}: {t} = ..." for t in targets if t in CASE_VARIABLES]
+    return problems
+
+
+@pytest.mark.parametrize("path", MODULES[1:], ids=lambda p: p.name)
+def test_every_case_name_is_a_case(path):
+    """A lesson's case names are `kit.Case` templates, never text: a Korean learner reads them in Korean, and the key
+    the judge replays stays English (see test_a_case_shows_its_korean_name_and_keeps_its_english_key)."""
+    problems = _cases_written_as_text(path)
+    assert not problems, "case names written as text, not kit.Case(...):\n" + "\n".join(problems)
