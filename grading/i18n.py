@@ -14,11 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memlab.i18n import translator
+from memlab.i18n import N_, translator
 
 _ = translator("grading", Path(__file__).resolve().parent / "locale")
-
-
-def N_(message: str) -> str:  # noqa: N802 - gettext's name for it
-    """A message marked for the catalogue where it is written (a table of texts), translated where it is used."""
-    return message
+__all__ = ["N_", "_"]

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from memlab.measure import MemoryTrace, loss_of, measure_training_step
+from memlab.measure import MemoryTrace, chunked_lm_loss, loss_of, measure_training_step
 
 #: bytes per value of each storage format ("int4": two values per byte)
 FORMAT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5, None: 0}
@@ -295,6 +295,7 @@ def simulate_7b_lora_step(
     targets: tuple[str, ...] = ATTENTION_PROJECTIONS,
     attn_implementation: str = "sdpa",
     layers: int = 32,
+    loss_chunk: int | None = None,
 ) -> LoraStepPeak:
     """The simulated peak of one LoRA training step of Llama-2-7B: bf16 base weights, LoRA of `rank` (alpha 2 x rank)
     on the `targets` of every layer, causal-LM loss on `micro_batch` sequences of `seq` tokens, AdamW on the adapters
@@ -308,12 +309,16 @@ def simulate_7b_lora_step(
     memory-efficient attention. "eager" (memlab.models' default) computes the b·heads·s·s scores with ordinary ops and
     keeps their fp32 softmax and its bf16 copy for backward.
 
+    `loss_chunk` (tokens) computes the loss by chunks instead of through the model's whole fp32 logits
+    (`memlab.measure.chunked_lm_loss`: each chunk's logits made, upcast and reduced inside a checkpoint); None, the
+    default, is the model's own loss, `model(**batch).loss`.
+
     It runs `simulate_layer_stack` (two shallow simulations, exact for `layers` identical layers): about a second on a
     laptop, allocating nothing. Results are cached by argument, and immutable, so that a plan search and its check
     can share them: in this process, and on disk (`simulation_cache`) for the next process on this machine with the
     same torch, transformers, peft and simulator code.
     """
-    args = (seq, micro_batch, checkpointing, rank, tuple(targets), attn_implementation, layers)
+    args = (seq, micro_batch, checkpointing, rank, tuple(targets), attn_implementation, layers, loss_chunk)
     cached = _read_cached("simulate_7b_lora_step", args)
     if cached is not None:
         return cached
@@ -323,7 +328,7 @@ def simulate_7b_lora_step(
 
 
 def _simulate_7b_lora_step(
-    seq, micro_batch, checkpointing, rank, targets, attn_implementation, layers
+    seq, micro_batch, checkpointing, rank, targets, attn_implementation, layers, loss_chunk
 ) -> LoraStepPeak:
     from peft import LoraConfig, get_peft_model
 
@@ -347,7 +352,8 @@ def _simulate_7b_lora_step(
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # peft's "no weights on meta" notes, transformers' deprecations
-        result = simulate_layer_stack(build, batch, layers)
+        loss_fn = loss_of if loss_chunk is None else functools.partial(chunked_lm_loss, chunk=loss_chunk)
+        result = simulate_layer_stack(build, batch, layers, loss_fn=loss_fn)
     return LoraStepPeak(
         peak_bytes=result["peak_bytes"],
         peak_op=result["peak_op"],

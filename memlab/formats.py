@@ -26,6 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
+from memlab.i18n import _
+from memlab.notebook import pad
+
 #: colours of the three fields in `show_bits` (sign, exponent, mantissa)
 FIELD_COLOURS = ("#C44E52", "#4C72B0", "#55A868")
 
@@ -189,13 +192,13 @@ def show_bits(values, fmts=LESSON_FORMATS, labels=None) -> BitTable:
 
 def layout_table(fmts=(*LESSON_FORMATS, "fp64")) -> str:
     """One line per format: torch dtype, total bits, sign / exponent / mantissa widths, bias, NaN encoding."""
-    lines = [
-        f"{'format':<10}{'torch dtype':<22}{'bits':>5}{'sign':>6}{'exp':>5}{'mant':>6}{'bias':>6}  nan/inf"
-    ]
+    header = [(_("format"), "<10"), (_("torch dtype"), "<22"), (_("bits"), ">5"), (_("sign"), ">6")]
+    header += [(_("exp"), ">5"), (_("mant"), ">6"), (_("bias"), ">9")]
+    lines = ["".join(pad(text, spec) for text, spec in header) + "  nan/inf"]
     for name in fmts:
         f = get_format(name)
-        special = "IEEE: inf and NaN" if f.nan_encoding == "ieee" else "fn: no inf, S.1111.111 = NaN"
+        special = _("IEEE: inf and NaN") if f.nan_encoding == "ieee" else _("fn: no inf, S.1111.111 = NaN")
         lines.append(
-            f"{f.name:<10}{str(f.dtype):<22}{f.bits:>5}{1:>6}{f.exponent_bits:>5}{f.mantissa_bits:>6}{f.bias:>6}  {special}"
+            f"{f.name:<10}{str(f.dtype):<22}{f.bits:>5}{1:>6}{f.exponent_bits:>5}{f.mantissa_bits:>6}{f.bias:>9}  {special}"
         )
     return "\n".join(lines)

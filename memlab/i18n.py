@@ -81,3 +81,9 @@ def translator(domain: str, localedir: Path):
 
 
 _ = translator(DOMAIN, LOCALE_DIR)
+
+
+def N_(message: str) -> str:  # noqa: N802 - gettext's name for it
+    """A message marked for the catalogue where it is written (a table of names: the tracker's categories), translated
+    where it is shown (`_(name)`)."""
+    return message

@@ -11,8 +11,8 @@ categories: parameters (with buffers), gradients, optimizer state, and everythin
 temporaries).
 
     with track_memory(model=model, optimizer=opt, inputs=(x,)) as trace:
-        loss = model(x).sum();  trace.mark("after forward")
-        loss.backward();        trace.mark("after backward")
+        loss = model(x).sum();  trace.mark(N_("after forward"))
+        loss.backward();        trace.mark(N_("after backward"))
         opt.step();             trace.mark("after step")
     trace.peak_bytes, trace.peak_by_category, trace.marks, trace.timeline
 """
@@ -28,10 +28,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-PARAMETERS = "parameters"
-GRADIENTS = "gradients"
-OPTIMIZER_STATE = "optimizer state"
-OTHER = "activations & temporaries"
+from memlab.i18n import N_, _
+from memlab.notebook import pad
+
+#: the categories: English keys in every language; `category_label` shows them in the kernel's
+PARAMETERS = N_("parameters")
+GRADIENTS = N_("gradients")
+OPTIMIZER_STATE = N_("optimizer state")
+OTHER = N_("activations & temporaries")
 CATEGORIES = (PARAMETERS, GRADIENTS, OPTIMIZER_STATE, OTHER)
 
 MiB = 1024**2
@@ -99,17 +103,30 @@ class MemoryTrace:
         return self.peak_bytes / MiB
 
     def table(self) -> str:
-        """The marks and the peak split, as a fixed-width text table (MiB)."""
-        lines = [f"{'point':<28}{'live MiB':>12}{'peak since last':>18}"]
+        """The marks and the peak split, as a fixed-width text table (MiB), in the kernel's language and lined up by
+        display columns (a mark's name is the caller's, as written)."""
+        lines = [pad(_("point"), "<28") + pad(_("live MiB"), ">12") + pad(_("peak since last"), ">18")]
         lines += [
-            f"{m.name:<28}{m.current_bytes / MiB:>12.2f}{m.peak_bytes / MiB:>18.2f}" for m in self.marks
+            f"{pad(display_name(m.name), '<28')}{m.current_bytes / MiB:>12.2f}{m.peak_bytes / MiB:>18.2f}"
+            for m in self.marks
         ]
-        lines.append(f"{'peak (' + self.device + ')':<28}{self.peak_bytes / MiB:>12.2f}")
-        lines += [f"  {name:<26}{self.peak_by_category.get(name, 0) / MiB:>12.2f}" for name in CATEGORIES]
+        peak = _("peak ({device})").format(device=self.device)
+        lines.append(f"{pad(peak, '<28')}{self.peak_bytes / MiB:>12.2f}")
+        lines += [
+            f"  {pad(display_name(name), '<26')}{self.peak_by_category.get(name, 0) / MiB:>12.2f}"
+            for name in CATEGORIES
+        ]
         return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.table()
+
+
+def display_name(name: str) -> str:
+    """A category's or a mark's name (`CATEGORIES`, the keys of `peak_by_category`; `measure_training_step`'s marks)
+    as the kernel's language says it: a lesson prints `display_name(name)` and keeps `name` to look bytes up. A name
+    the catalogue does not know (a lesson's own mark, already in its language) is returned as it is."""
+    return _(name)
 
 
 def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
@@ -228,7 +245,7 @@ def event_log(storages: _LiveStorages) -> list[dict]:
     an operator and recognised as a gradient just after). A mark comes after every event before it and before every
     event after it; the seeded tensors are "alloc" events of op "start".
     """
-    names = [name for _, name, _ in storages.timeline]
+    names = [event[1] for event in storages.timeline]
     addresses: dict[int, int] = {}
     log = []
     for action, index, nbytes, what in storages.events:
@@ -452,6 +469,32 @@ def loss_of(model: torch.nn.Module, batch) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(model(x), y)
 
 
+def chunked_lm_loss(model: torch.nn.Module, batch: dict, chunk: int) -> torch.Tensor:
+    """A causal LM's loss on `batch` (a dict with "input_ids" and "labels") made `chunk` tokens at a time: each chunk's
+    logits are projected, upcast to fp32 and reduced to a sum of losses inside an activation checkpoint, so backward
+    recomputes them and at most one chunk's logits (and their gradient) are alive, never the whole
+    batch x sequence x vocabulary. The same mean as `model(**batch).loss` (position t predicts label t + 1, -100
+    ignored). `model` is a Hugging Face `...ForCausalLM` or a peft model around one. Lesson 06 has the learner write
+    this; the 7B simulator (`memlab.estimate.simulate_7b_lora_step(..., loss_chunk=...)`) uses this copy."""
+    from torch.utils.checkpoint import checkpoint
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = base.model(input_ids=batch["input_ids"]).last_hidden_state
+    weight = base.lm_head.weight
+    h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
+    y = batch["labels"][:, 1:].reshape(-1)
+
+    def chunk_loss(h_chunk, y_chunk):
+        logits = (h_chunk @ weight.T).float()
+        return torch.nn.functional.cross_entropy(logits, y_chunk, ignore_index=-100, reduction="sum")
+
+    total = sum(
+        checkpoint(chunk_loss, h[i : i + chunk], y[i : i + chunk], use_reentrant=False)
+        for i in range(0, len(y), chunk)
+    )
+    return total / (y != -100).sum()
+
+
 def measure_training_step(
     model: torch.nn.Module, batch, optimizer: torch.optim.Optimizer, loss_fn=loss_of, **track_kwargs
 ) -> MemoryTrace:
@@ -459,12 +502,12 @@ def measure_training_step(
     each phase. The same function runs the real step and, under FakeTensorMode, the simulated one."""
     with track_memory(model=model, optimizer=optimizer, inputs=batch, **track_kwargs) as trace:
         loss = loss_fn(model, batch)
-        trace.mark("after forward")
+        trace.mark(N_("after forward"))
         loss.backward()
         del loss
-        trace.mark("after backward")
+        trace.mark(N_("after backward"))
         optimizer.step()
-        trace.mark("after optimizer step")
+        trace.mark(N_("after optimizer step"))
         optimizer.zero_grad(set_to_none=True)
-        trace.mark("after zero_grad")
+        trace.mark(N_("after zero_grad"))
     return trace

@@ -13,7 +13,8 @@ import matplotlib.pyplot as plt
 from matplotlib import font_manager
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from memlab.measure import CATEGORIES, MemoryTrace
+from memlab.i18n import N_, _
+from memlab.measure import CATEGORIES, MemoryTrace, display_name
 
 MiB = 1024**2
 #: seaborn's "deep" palette: ten colours that stay apart from each other (matplotlib's default cycle puts its orange
@@ -35,8 +36,8 @@ PALETTE = (
 #: PALETTE that no component of its figure has
 COLORS = {
     **dict(zip(CATEGORIES, PALETTE[:4], strict=True)),
-    "weights": PALETTE[0],
-    "master weights": PALETTE[4],
+    N_("weights"): PALETTE[0],
+    N_("master weights"): PALETTE[4],
 }
 LABEL_BOX = dict(
     boxstyle="square,pad=0.15", fc="white", ec="none", alpha=0.85
@@ -111,8 +112,6 @@ def use_language_font(language: str) -> str | None:
         mpl.rcParams["font.family"] = original
         if language not in _font_state["warned"]:
             _font_state["warned"].add(language)
-            from memlab.i18n import _
-
             message = _(
                 "memlab.plots: no font with Korean letters found, so the figures' Korean text shows as boxes; "
                 "install one (pip install koreanize-matplotlib, or apt-get install fonts-nanum), then restart "
@@ -134,12 +133,12 @@ def memory_timeline(
     and `zero_grad(set_to_none=True)`, which runs no operator, are a few operators apart) hangs from the top of the
     axes instead of standing on the bottom, so two labels are never side by side."""
     ax = ax or plt.subplots(figsize=(8, 3.2))[1]
-    steps = [i for i, _, _ in trace.timeline]
-    live = [b / unit for _, _, b in trace.timeline]
+    steps = [event[0] for event in trace.timeline]
+    live = [event[2] / unit for event in trace.timeline]
     ax.plot(steps, live, lw=1.5, color=PALETTE[0])
     ax.fill_between(steps, live, alpha=0.15, color=PALETTE[0])
-    marks = [(i, name[6:]) for i, name, _ in trace.timeline if name.startswith("mark: ")]
-    for i, _ in marks:
+    marks = [(i, display_name(name[6:])) for i, name, _bytes in trace.timeline if name.startswith("mark: ")]
+    for i, _label in marks:
         ax.axvline(i, color="grey", lw=0.8, ls="--")
     _label_marks(ax, marks)
     peak_at = trace.peak_event
@@ -148,11 +147,11 @@ def memory_timeline(
         [peak_at[2] / unit],
         color=PALETTE[3],
         zorder=3,
-        label=f"peak {peak_at[2] / unit:.2f} {unit_name}",
+        label=_("peak {value:.2f} {unit}").format(value=peak_at[2] / unit, unit=unit_name),
     )
-    ax.set_xlabel("operator index")
-    ax.set_ylabel(f"live tensor memory ({unit_name})")
-    ax.set_title(title or f"memory timeline ({trace.device})")
+    ax.set_xlabel(_("operator index"))
+    ax.set_ylabel(_("live tensor memory ({unit})").format(unit=unit_name))
+    ax.set_title(title or _("memory timeline ({device})").format(device=trace.device))
     ax.legend(loc="upper left", fontsize=8)
     return ax
 
@@ -242,7 +241,9 @@ def stacked_components(
     bottoms = [0.0] * len(names)
     for component in components:
         heights = [rows[n].get(component, 0) / unit for n in names]
-        ax.bar(range(len(names)), heights, bottom=bottoms, label=component, color=colors[component])
+        ax.bar(
+            range(len(names)), heights, bottom=bottoms, label=display_name(component), color=colors[component]
+        )
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     for label, value in (limits or {}).items():
         ax.axhline(value / unit, color="black", lw=1, ls=":")
@@ -254,7 +255,7 @@ def stacked_components(
             ha="right",
             fontsize=8,
         )
-    ax.set_ylabel(f"memory ({unit_name})")
+    ax.set_ylabel(_("memory ({unit})").format(unit=unit_name))
     ax.set_title(title)
     legend_outside(ax, reverse=True)
     ax.figure.draw_without_rendering()  # the axes' width once the legend has its room
@@ -271,7 +272,7 @@ def tradeoff(points: dict[str, tuple[float, float]], xlabel: str, ylabel: str, a
     point, level with it, on the side towards the middle of the axes (so an error bar drawn through the point does
     not cross it and no label leaves the axes)."""
     ax = ax or plt.subplots(figsize=(5, 3.5), layout="constrained")[1]
-    xs = [x for x, _ in points.values()]
+    xs = [x for x, _y in points.values()]
     middle = (min(xs) + max(xs)) / 2 if xs else 0.0
     for label, (x, y) in points.items():
         ax.scatter([x], [y], zorder=3)
@@ -328,7 +329,7 @@ def readable_log_axis(ax, axis: str = "y", min_ticks: int = 3) -> list[float]:
             break
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_locator(FixedLocator(ticks))
-    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_major_formatter(FuncFormatter(lambda v, _position: f"{v:g}"))
     target.set_minor_locator(NullLocator())
     set_lim(lo, hi)
     return ticks

@@ -775,3 +775,86 @@ def test_the_korean_messages_of_the_code_follow_one_template(domain):
         if problems:
             wrong.append((english[:70], korean[:90], problems))
     assert wrong == []
+
+
+# ---- what memlab prints and draws, in Korean --------------------------------------------------------------------
+
+
+def _step_trace():
+    import torch
+
+    from memlab.measure import measure_training_step
+    from memlab.models import mlp
+
+    model = mlp([16, 32, 4])
+    return measure_training_step(
+        model, (torch.randn(8, 16), torch.randint(0, 4, (8,))), torch.optim.AdamW(model.parameters())
+    )
+
+
+def test_the_trackers_table_speaks_korean_and_lines_up():
+    """The tracker's table: Korean headers, category names and `measure_training_step`'s mark names (the keys stay
+    English), lined up by display columns; in English it is as before."""
+    from korean_text import english_lines
+    from tables import ragged_rows
+
+    from memlab.measure import CATEGORIES, display_name
+
+    trace = _step_trace()
+    english = trace.table()
+    assert english.splitlines()[0].split() == ["point", "live", "MiB", "peak", "since", "last"]
+    assert [line.strip()[: len(c)] for line, c in zip(english.splitlines()[-4:], CATEGORIES)] == list(CATEGORIES)
+    i18n.use("ko")
+    korean = trace.table()
+    assert not english_lines(korean), english_lines(korean)
+    assert "역전파 후" in korean and [m.name for m in trace.marks][1] == "after backward"  # shown Korean, kept English
+    assert not ragged_rows(trace.table()), trace.table()
+    assert [display_name(c) for c in CATEGORIES] == ["매개변수", "변화도", "옵티마이저 상태", "활성화 값과 임시 텐서"]
+    assert set(trace.peak_by_category) == set(CATEGORIES)  # the data keeps its keys
+
+
+def test_the_format_table_speaks_korean_and_lines_up():
+    """Lesson 02's table of formats (memlab.formats.layout_table): Korean headers and NaN column, by display columns."""
+    from korean_text import english_lines
+    from tables import ragged_rows
+
+    from memlab import formats
+
+    assert formats.layout_table().split()[:3] == ["format", "torch", "dtype"]
+    i18n.use("ko")
+    table = formats.layout_table()
+    assert not english_lines(table) and not ragged_rows(table), table
+    assert table.split()[:4] == ["형식", "torch", "dtype", "비트"]
+
+
+def test_memlabs_figures_speak_korean():
+    """Every text memlab.plots writes itself (axis labels, title, the peak's legend, the components' legend) is Korean
+    in the Korean edition: none of it is an English word to the Korean reader."""
+    import matplotlib.pyplot as plt
+    from korean_text import english_words
+
+    from memlab.measure import CATEGORIES
+
+    trace = _step_trace()
+    i18n.use("ko")
+    timeline = plots.memory_timeline(trace)
+    stacked = plots.stacked_components(
+        {"fp32": {c: 1.0 for c in CATEGORIES}, "bf16": {"weights": 1.0, "master weights": 2.0}}
+    )
+    texts = [timeline.get_xlabel(), timeline.get_ylabel(), timeline.get_title(), stacked.get_ylabel()]
+    texts += [t.get_text() for ax in (timeline, stacked) for t in ax.get_legend().get_texts()]
+    plt.close("all")
+    found = {text: english_words(text) for text in texts if english_words(text)}
+    assert not found, found
+    assert "변화도" in texts and "마스터 가중치" in texts
+
+
+def test_english_words_are_found_and_names_units_and_identifiers_are_not():
+    from korean_text import english_words
+
+    assert english_words("최대 지점에서 parameters 12.58 GiB") == ["parameters"]
+    assert english_words("RTX 4090: fits / does not fit") == ["fits", "does", "not", "fit"]
+    assert english_words("Train longer, or see the notes") == ["longer", "see", "the", "notes"]
+    assert english_words("AdamW와 LoRA, GPU 0, sdpa, cpu, 12 MiB") == []
+    assert english_words("model.config.pad_token_id, `logits_to_keep`, torch.bfloat16, bf16, fp32") == []
+    assert english_words("aten::mm, _log_softmax_backward_data.default, mul.Tensor") == []

@@ -235,3 +235,42 @@ def test_the_cache_key_holds_the_library_versions_and_the_simulator_code(monkeyp
         monkeypatch.setattr(metadata, "version", real)
         estimate._code_key.cache_clear()
     assert estimate._cache_path("simulate_7b_lora_step", (64, 1, True)) == before
+
+
+def test_a_loss_by_chunks_is_the_models_own_loss_and_gradients():
+    """memlab.measure.chunked_lm_loss gives a causal LM's own loss and gradients, ignored labels included, at any chunk
+    size (one that does not divide the tokens too), on the model and on a peft model around it."""
+    from peft import LoraConfig, get_peft_model
+
+    from memlab.measure import chunked_lm_loss
+
+    torch.manual_seed(0)
+    model = build_model(tiny_llama_config(num_hidden_layers=2, vocab_size=500))
+    ids = torch.randint(3, 500, (3, 40))
+    labels = ids.clone()
+    labels[0, :7] = -100  # a prompt the loss leaves out
+    batch = {"input_ids": ids, "labels": labels}
+
+    own = model(**batch).loss
+    own.backward()
+    own_grads = [p.grad.clone() for p in model.parameters()]
+    for chunk in (16, 37, 1000):
+        model.zero_grad(set_to_none=True)
+        loss = chunked_lm_loss(model, batch, chunk)
+        loss.backward()
+        assert torch.allclose(loss, own, rtol=1e-5), (chunk, loss.item(), own.item())
+        for p, g in zip(model.parameters(), own_grads):
+            assert torch.allclose(p.grad, g, rtol=1e-4, atol=1e-6), chunk
+    peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj"]))
+    assert torch.allclose(chunked_lm_loss(peft_model, batch, 16), peft_model(**batch).loss, rtol=1e-5)
+
+
+def test_the_7b_simulation_with_a_chunked_loss_keeps_no_whole_logits():
+    """With `loss_chunk` the simulated step no longer peaks at the loss's log-softmax backward, and its peak is lower by
+    about one batch x sequence x vocabulary fp32 tensor (at 1024 tokens x 2 sequences, checkpointing on)."""
+    own = estimate.simulate_7b_lora_step(1024, 2, True, layers=3)
+    chunked = estimate.simulate_7b_lora_step(1024, 2, True, layers=3, loss_chunk=256)
+    fp32_logits = 2 * 1024 * 32_000 * 4
+    assert own.peak_op.startswith("_log_softmax_backward_data")
+    assert not chunked.peak_op.startswith("_log_softmax_backward_data")
+    assert 0.9 * fp32_logits <= own.peak_bytes - chunked.peak_bytes <= 2 * fp32_logits

@@ -1,0 +1,42 @@
+"""English words in what a Korean learner reads: the Korean edition's printed lines and its figures' text.
+
+A word counts when it is three or more Latin letters standing alone in running text: not part of a code identifier
+(joined to `_`, `.`, `(`, `/`, `::`, a digit or a backquote), not a name (an acronym in capitals: GPU, IMDB; mixed
+case: AdamW, LoRA; or capitalised: Llama, Adafactor, Korthikanti, since Korean text has no capitals, a capitalised
+English word in it is a name), and not one of `ALLOWED`: units, the libraries and the values of library options a
+learner types as they are. Keep `ALLOWED` short: a word the learner is meant to read is translated.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: a run of three or more letters not joined to an identifier's characters on either side
+WORD = re.compile(r"(?<![\w.`'/\\(-])(?<!::)[A-Za-z]{3,}(?![\w.`'(/\\-])(?!::)")
+ALLOWED = frozenset(
+    {
+        # units
+        "MiB", "GiB", "KiB", "TiB", "bytes",
+        # the libraries and an API word, as the learner types them
+        "python", "torch", "transformers", "peft", "bitsandbytes", "dtype",
+        # devices and library option values, written as the learner passes them
+        "cpu", "cuda", "meta", "sdpa", "eager",
+        # Python's own values
+        "nan", "inf",
+    }
+)  # fmt: skip
+
+
+def _is_name(word: str) -> bool:
+    """An acronym (GPU), a mixed-case name (AdamW, LoRA) or a capitalised one (Llama): a name in Korean text too."""
+    return any(c.isupper() for c in word)
+
+
+def english_words(line: str) -> list[str]:
+    """The English words of `line` a Korean reader would have to read as English."""
+    return [w for w in WORD.findall(line) if w not in ALLOWED and not _is_name(w)]
+
+
+def english_lines(text: str) -> list[tuple[str, list[str]]]:
+    """(line, its English words) for every line of `text` that has any."""
+    return [(line, words) for line in text.splitlines() if (words := english_words(line))]
