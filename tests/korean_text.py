@@ -1,7 +1,7 @@
 """English words in what a Korean learner reads: the Korean edition's printed lines and its figures' text.
 
 A word counts when it is three or more Latin letters standing alone in running text: not part of a code identifier
-(joined to `_`, `.`, `(`, `/`, `::`, a digit or a backquote), not a name (an acronym in capitals: GPU, IMDB; mixed
+(joined to `_`, `.`, `(`, `/`, `::`, a digit or a backquote, or followed by `=`), not a name (an acronym in capitals: GPU, IMDB; mixed
 case: AdamW, LoRA; or capitalised: Llama, Adafactor, Korthikanti, since Korean text has no capitals, a capitalised
 English word in it is a name), and not one of `ALLOWED`: units, the libraries and the values of library options a
 learner types as they are. Keep `ALLOWED` short: a word the learner is meant to read is translated.
@@ -12,13 +12,15 @@ from __future__ import annotations
 import re
 
 #: a run of three or more letters not joined to an identifier's characters on either side
-WORD = re.compile(r"(?<![\w.`'/\\(-])(?<!::)[A-Za-z]{3,}(?![\w.`'(/\\-])(?!::)")
+WORD = re.compile(r"(?<![\w.`'/\\(-])(?<!::)[A-Za-z]{3,}(?![\w.`'(/\\=-])(?!::)")
 ALLOWED = frozenset(
     {
         # units
         "MiB", "GiB", "KiB", "TiB", "bytes",
-        # the libraries and an API word, as the learner types them
-        "python", "torch", "transformers", "peft", "bitsandbytes", "dtype",
+        # the libraries and the API words a learner types as they are (torch.finfo's eps, an optimizer's foreach)
+        "python", "torch", "transformers", "peft", "bitsandbytes", "dtype", "eps", "foreach", "fused",
+        # terms translations/ko/GLOSSARY.md keeps in English
+        "ulp", "amax", "binade",
         # devices and library option values, written as the learner passes them
         "cpu", "cuda", "meta", "sdpa", "eager",
         # Python's own values

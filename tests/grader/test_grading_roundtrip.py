@@ -170,6 +170,35 @@ def test_korean_tables_line_up(real_grading, slug):
     assert not ragged, f"{slug}: rows padded by characters, not display columns (cell, rows): {ragged[:3]}"
 
 
+#: the lessons whose every printed line is Korean in the Korean edition (issue: the Korean edition as a Korean learner
+#: meets it); the others still print row labels that are their English keys, and join this list as they are done
+KOREAN_OUTPUT = ("01-memory-anatomy", "02-numeric-formats")
+
+
+@pytest.mark.parametrize("slug", KOREAN_OUTPUT)
+def test_korean_solutions_print_no_english_words(real_grading, slug):
+    """Every line a Korean solution prints is Korean to a Korean reader: no English word of three letters or more
+    outside identifiers, names, units and the short list of library words in tests/korean_text.py."""
+    from korean_text import english_lines
+
+    if not real_grading.run_demonstrations:
+        pytest.skip(
+            "the Korean solutions run every cell in the drift check (MEMLAB_TEST_RUN_DEMONSTRATIONS=1)"
+        )
+    nb = nbformat.read(real_grading.autograded("ko-solved", slug), as_version=4)
+    english = [
+        (index, line, words)
+        for index, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        for line, words in english_lines(
+            "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout")
+        )
+    ]
+    assert not english, (
+        f"{slug}: English in the Korean edition's printed lines (cell, line, words): {english[:5]}"
+    )
+
+
 def test_the_graders_reference_implementation_does_not_exist_in_the_kernel(real_grading):
     """The grading references are not in the sandbox's copy of the kit: a learner cannot call them."""
     if real_grading.run_demonstrations:
