@@ -29,19 +29,20 @@ def _run(seed: int) -> dict:
     """One graded run with `seed`, in this (worker) process."""
     import torch
 
-    from coursetools.solution_code import _namespace
+    from coursetools.solution_code import solution
 
     torch.set_num_threads(1)
-    lesson = _namespace(SLUG, ("run_capstone",))
-    lesson.CAPSTONE["seed"] = seed
+    run_capstone, capstone = solution(SLUG, "run_capstone", "CAPSTONE")  # the dict run_capstone reads
+    capstone["seed"] = seed
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
-        lesson.run_capstone(Path(folder))
-        run = json.loads((Path(folder) / "run.json").read_text())
+        run = run_capstone(Path(folder))
+    profile = {key: value for key, value in run["config"].items() if key != "seed"}
     return {
         "seed": seed,
         "accuracy": run["eval"]["accuracy"],
         "seconds": round(time.perf_counter() - start, 1),
+        "profile": profile,
     }
 
 
@@ -53,10 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from autograders.lesson08 import ACCURACY_BAR, N_EVAL
-    from coursetools.solution_code import _namespace
 
-    profile = dict(_namespace(SLUG, ("run_capstone",)).CAPSTONE)
-    profile.pop("seed")
     runs = []
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         for run in pool.imap_unordered(_run, range(1, args.seeds + 1)):
@@ -64,10 +62,12 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"seed {run['seed']:>3}: accuracy {run['accuracy']:.3f} ({run['seconds']:.0f} s)", flush=True
             )
+    profile = runs[0].pop("profile")  # the lesson's, the same in every run
+    for run in runs[1:]:
+        run.pop("profile")
     accuracies = sorted(r["accuracy"] for r in runs)
-    chance_sd = math.sqrt(
-        0.25 / N_EVAL
-    )  # a coin's accuracy on N_EVAL reviews: 0.5 with this standard deviation
+    # a coin's accuracy on N_EVAL reviews: 0.5 with this standard deviation
+    chance_sd = math.sqrt(0.25 / N_EVAL)
     record = {
         "what": "lesson 08's graded run (the solution's run_capstone, CPU profile), one run per seed",
         "date": time.strftime("%Y-%m-%d"),

@@ -11,8 +11,8 @@ categories: parameters (with buffers), gradients, optimizer state, and everythin
 temporaries).
 
     with track_memory(model=model, optimizer=opt, inputs=(x,)) as trace:
-        loss = model(x).sum();  trace.mark(N_("after forward"))
-        loss.backward();        trace.mark(N_("after backward"))
+        loss = model(x).sum();  trace.mark("after forward")
+        loss.backward();        trace.mark("after backward")
         opt.step();             trace.mark("after step")
     trace.peak_bytes, trace.peak_by_category, trace.marks, trace.timeline
 """
@@ -31,7 +31,7 @@ from torch.utils._pytree import tree_leaves
 from memlab.i18n import N_, _
 from memlab.notebook import pad
 
-#: the categories: English keys in every language; `category_label` shows them in the kernel's
+#: the categories: English keys in every language; `display_name` shows them in the kernel's
 PARAMETERS = N_("parameters")
 GRADIENTS = N_("gradients")
 OPTIMIZER_STATE = N_("optimizer state")

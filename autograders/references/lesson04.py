@@ -82,9 +82,8 @@ def e2_budgets(table) -> dict[str, int]:
         lowest + (no_plan - lowest) // 10,
         lowest - 1,
     )
-    return dict(
-        zip(E2_BUDGETS, budgets, strict=True)
-    )  # their names, in this order, as the check declares them
+    # their names, in this order, as the check declares them
+    return dict(zip(E2_BUDGETS, budgets, strict=True))
 
 
 def measure_checkpointed_stack(

@@ -147,6 +147,16 @@ def test_korean_submissions_get_korean_verdicts(real_grading, slug):
             assert HANGUL.search(text), f"{student} {slug} {grade_id(cell)}: not in Korean: {text[:300]!r}"
 
 
+def _korean_printed(real_grading, slug: str) -> list[tuple[int, str]]:
+    """(cell index, what the cell printed) for every code cell of the Korean solution's autograded notebook."""
+    nb = nbformat.read(real_grading.autograded("ko-solved", slug), as_version=4)
+    return [
+        (index, "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout"))
+        for index, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+    ]
+
+
 @pytest.mark.parametrize("slug", SLUGS)
 def test_korean_tables_line_up(real_grading, slug):
     """Every table a Korean solution prints lines up by display columns (tests/tables.py): a label that comes from
@@ -158,14 +168,8 @@ def test_korean_tables_line_up(real_grading, slug):
         pytest.skip(
             "the Korean solutions run every cell in the drift check (MEMLAB_TEST_RUN_DEMONSTRATIONS=1)"
         )
-    nb = nbformat.read(real_grading.autograded("ko-solved", slug), as_version=4)
     ragged = [
-        (index, pair)
-        for index, cell in enumerate(nb.cells)
-        if cell.cell_type == "code"
-        for pair in ragged_rows(
-            "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout")
-        )
+        (index, pair) for index, text in _korean_printed(real_grading, slug) for pair in ragged_rows(text)
     ]
     assert not ragged, f"{slug}: rows padded by characters, not display columns (cell, rows): {ragged[:3]}"
 
@@ -185,14 +189,10 @@ def test_korean_solutions_print_no_english_words(real_grading, slug):
         pytest.skip(
             "the Korean solutions run every cell in the drift check (MEMLAB_TEST_RUN_DEMONSTRATIONS=1)"
         )
-    nb = nbformat.read(real_grading.autograded("ko-solved", slug), as_version=4)
     english = [
         (index, line, words)
-        for index, cell in enumerate(nb.cells)
-        if cell.cell_type == "code"
-        for line, words in english_lines(
-            "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout")
-        )
+        for index, text in _korean_printed(real_grading, slug)
+        for line, words in english_lines(text)
     ]
     assert not english, (
         f"{slug}: English in the Korean edition's printed lines (cell, line, words): {english[:5]}"
