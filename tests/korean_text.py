@@ -5,6 +5,10 @@ A word counts when it is three or more Latin letters standing alone in running t
 case: AdamW, LoRA; or capitalised: Llama, Adafactor, Korthikanti, since Korean text has no capitals, a capitalised
 English word in it is a name), and not one of `ALLOWED`: units, the libraries and the values of library options a
 learner types as they are. Keep `ALLOWED` short: a word the learner is meant to read is translated.
+
+A library's own message quoted as it is (`UserWarning: ...`, `RuntimeError: ...`: the glossary keeps warnings and
+errors untranslated) is not counted from its class name to the end of the line, nor are the English terms the glossary
+keeps that are two words (`PHRASES`).
 """
 
 from __future__ import annotations
@@ -20,13 +24,19 @@ ALLOWED = frozenset(
         # the libraries and the API words a learner types as they are (torch.finfo's eps, an optimizer's foreach)
         "python", "torch", "transformers", "peft", "bitsandbytes", "dtype", "eps", "foreach", "fused",
         # terms translations/ko/GLOSSARY.md keeps in English
-        "ulp", "amax", "binade",
+        "ulp", "amax", "binade", "autocast",
         # devices and library option values, written as the learner passes them
         "cpu", "cuda", "meta", "sdpa", "eager",
         # Python's own values
         "nan", "inf",
     }
 )  # fmt: skip
+
+
+#: two-word terms translations/ko/GLOSSARY.md keeps in English
+PHRASES = re.compile(r"\bcompute capability\b")
+#: an exception's or a warning's class name and what follows it: a library's message, quoted
+QUOTED_MESSAGE = re.compile(r"\b[A-Z]\w*(?:Warning|Error|Exception): .*")
 
 
 def _is_name(word: str) -> bool:
@@ -36,6 +46,7 @@ def _is_name(word: str) -> bool:
 
 def english_words(line: str) -> list[str]:
     """The English words of `line` a Korean reader would have to read as English."""
+    line = PHRASES.sub("", QUOTED_MESSAGE.sub("", line))
     return [w for w in WORD.findall(line) if w not in ALLOWED and not _is_name(w)]
 
 

@@ -858,3 +858,8 @@ def test_english_words_are_found_and_names_units_and_identifiers_are_not():
     assert english_words("AdamW와 LoRA, GPU 0, sdpa, cpu, 12 MiB") == []
     assert english_words("model.config.pad_token_id, `logits_to_keep`, torch.bfloat16, bf16, fp32") == []
     assert english_words("aten::mm, _log_softmax_backward_data.default, mul.Tensor") == []
+    # a library's message quoted after its class name is the library's; the words before it are not
+    assert english_words("마이크로 배치마다 update(): AssertionError: No inf checks were recorded prior to update.") == []
+    assert english_words("  UserWarning: torch.cuda.amp.GradScaler is enabled, but CUDA is not available.") == []
+    assert english_words("skipped the step: RuntimeError: boom") == ["skipped", "the", "step"]
+    assert english_words("compute capability 8.0 이상, bf16 autocast") == []

@@ -25,6 +25,9 @@ OWN = [
 ]
 #: lines a file of scripts/ may have: a docstring, an import, the call of the tool's main
 THIN = 15
+#: the instructor's entry point also says what to install when this Python lacks the course: that code cannot live in
+#: a package the Python does not have
+GUARDED = {"grade.py": 35}
 
 
 def own_python_files(root: Path = ROOT) -> list[Path]:
@@ -103,7 +106,7 @@ def test_scripts_are_thin_entry_points():
     fat = {
         p.name: n
         for p in sorted((ROOT / "scripts").glob("*.py"))
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > THIN
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > GUARDED.get(p.name, THIN)
     }
     assert not fat, (
         f"scripts/ holds code ({fat} lines): move it into coursetools/ and call its main from there"

@@ -62,7 +62,9 @@ SHADOWED_PACKAGES = ("memlab", "grading", "autograders")
 #: the fixture lesson's due date (grade.py --due-dates) and when two students handed it in (nbgrader's timestamp.txt)
 DUE = "2026-12-01 12:00:00 UTC"
 HANDED_IN = {"solved": "2026-12-01 11:00:00.000000 UTC", "late": "2026-12-01 14:30:00.000000 UTC"}
-TIMEOUT = 6  # seconds per cell: the slowest cell of the fixture (import torch) takes ~2 s on 2 cores
+TIMEOUT = 15  # seconds per cell. The slowest cells (import torch; the first import of the kit) take 2-3.5 s alone on
+# 2 cores; under CI (two test workers, two grading jobs) one took over 6 s, and a timed-out import leaves torch
+# half-registered for the cells after it ("duplicate registrations for aten.linspace").
 WRONG_ADD = ("return a + b", "return a - b")
 SHM_FILE = f"memlab-leak-{os.getpid()}"  # what one student leaves in /dev/shm and /tmp for the next
 VICTIM = "victim.txt"  # a file of the grader's, next to the CSV, that cheat_link_notebook points links at

@@ -63,6 +63,28 @@ def test_the_grader_and_memlab_import_without_torch():
     assert "torch" in imported_after("import memlab\nmemlab.hardware.pick_device()")
 
 
+def test_grade_py_without_the_course_installed_says_what_to_install():
+    """A Python without the course (pip run from another folder installs nothing of it: requirements.txt's `-e .` is
+    read against the working folder) gets the command that installs it, not a traceback ending in `grading`."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            str(ROOT / "scripts" / "grade.py"),
+            "subs",
+            "--out",
+            "x.csv",
+        ],  # -S: no site-packages
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT.parent,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{sys.executable} -m pip install -e {ROOT}" in proc.stderr
+
+
 def test_the_worker_server_preloads_what_a_worker_needs_but_not_the_check_kit():
     modules = imported_after("import " + ", ".join(PRELOAD + TORCH_PRELOAD))
     assert {"torch", "nbformat", "nbgrader.apps", "grading.judge"} <= modules
