@@ -43,6 +43,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from memlab.i18n import N_  # the names of ways and phases a lesson shows with memlab.measure.display_name
+
 STRATEGIES = ("ddp", "ddp_bucket_view", "zero1", "fsdp2")
 
 
@@ -153,7 +155,7 @@ def no_sync(
     rank, world = dist.get_rank(), dist.get_world_size()
     result = {"rank": rank, "world_size": world, "accumulation": accumulation, "micro_batch": micro_batch}
     grads = {}
-    for variant in ("allreduce every micro-batch", "no_sync"):
+    for variant in (N_("allreduce every micro-batch"), "no_sync"):  # no_sync: DDP's own name
         model = DDP(_mlp(widths))
         counter = {"calls": 0, "bytes": 0}
         model.register_comm_hook(None, _counting_allreduce(counter))
@@ -210,7 +212,7 @@ def scaler_order(widths=(16, 32, 4), micro_batch: int = 8, overflow_rank: int = 
 
     rank, world = dist.get_rank(), dist.get_world_size()
     result = {"rank": rank, "overflow_rank": overflow_rank}
-    for way in ("DDP", "unscale_ before the allreduce"):
+    for way in ("DDP", N_("unscale_ before the allreduce")):
         net = _mlp(widths)
         model = DDP(net) if way == "DDP" else net
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -292,12 +294,12 @@ def zero_memory(
             # settle: gloo's worker thread lets a collective's buffers go a moment after the wait (sync_memory);
             # once in CI, under load, FSDP2's 514 KiB of them were still held at the mark after the step
             loss = F.cross_entropy(module(x), y)
-            trace.mark("forward", settle=0.1)
+            trace.mark(N_("forward"), settle=0.1)
             loss.backward()
             del loss
-            trace.mark("backward", settle=0.1)
+            trace.mark(N_("backward"), settle=0.1)
             opt.step()
-            after_step = trace.mark("optimizer step", settle=0.1)
+            after_step = trace.mark(N_("optimizer step"), settle=0.1)
         result["strategies"][strategy] = {
             "after_step": after_step.by_category,
             "peak_bytes": trace.peak_bytes,
@@ -358,9 +360,9 @@ def token_normalisation(
     g_ref = torch.cat([p.grad.flatten() for p in reference.parameters()])
 
     divisors = {
-        "rank's own token count": local,
-        "global token count": total,
-        "global count x ranks": total / world,  # loss / total * world
+        N_("rank's own token count"): local,
+        N_("global token count"): total,
+        N_("global count x ranks"): total / world,  # loss / total * world
     }
     result = {"rank": rank, "world_size": world, "local_tokens": local, "global_tokens": total, "ways": {}}
     for way, divisor in divisors.items():
@@ -398,7 +400,7 @@ def sync_memory(widths=(256, 512, 512, 10), micro_batch: int = 16, accumulation:
     result = {"rank": rank, "world_size": world, "accumulation": accumulation, "widths": list(widths)}
     for strategy in ("ddp", "fsdp2"):
         result[strategy] = {}
-        for way in ("sync every micro-batch", "sync on the last only"):
+        for way in (N_("sync every micro-batch"), N_("sync on the last only")):
             module, opt = _wrap(strategy, _mlp(widths))
             F.cross_entropy(module(batches[0][0]), batches[0][1]).backward()
             opt.step()

@@ -123,9 +123,10 @@ class MemoryTrace:
 
 
 def display_name(name: str) -> str:
-    """A category's or a mark's name (`CATEGORIES`, the keys of `peak_by_category`; `measure_training_step`'s marks)
-    as the kernel's language says it: a lesson prints `display_name(name)` and keeps `name` to look bytes up. A name
-    the catalogue does not know (a lesson's own mark, already in its language) is returned as it is."""
+    """A category's or a mark's name (`CATEGORIES`, the keys of `peak_by_category`; `measure_training_step`'s marks;
+    the ways and phases `memlab.distributed`'s jobs name their results by) as the kernel's language says it: a
+    lesson prints `display_name(name)` and keeps `name` to look bytes up. A name the catalogue does not know (a
+    lesson's own mark, already in its language) is returned as it is."""
     return _(name)
 
 

@@ -493,6 +493,29 @@ def test_table_headers_are_translated_and_fit_their_columns(slug):
         )
 
 
+@pytest.mark.parametrize("slug", lesson_slugs())
+def test_prose_that_quotes_a_header_quotes_it_in_korean(slug):
+    """English prose that names a column by its header in quotes ("bound / u" in the table) names it by the header
+    the Korean table prints ("한계 / u"), not by the English one or a third wording."""
+    english_nb = nbformat.read(SOLUTIONS / slug / f"{slug}.ipynb", as_version=4)
+    korean_nb = nbformat.read(KO / "solutions" / slug / f"{slug}.ipynb", as_version=4)
+    headers = {
+        en.strip(): ko.strip()
+        for (en, _), (ko, _) in zip(padded_headers(english_nb), padded_headers(korean_nb))
+        if en.strip() != ko.strip()
+    }
+    quoted = re.compile(r'"([^"\n]+)"')
+    missing = []
+    for index, (en, ko) in enumerate(zip(english_nb.cells, korean_nb.cells)):
+        if en.cell_type != "markdown":
+            continue
+        prose = re.sub(r"`[^`]*`", "", en.source)  # a quoted string inside code is code
+        for text in quoted.findall(prose):
+            if text in headers and headers[text] not in ko.source:
+                missing.append((index, text, headers[text]))
+    assert not missing, f"{slug}: (cell, the English header quoted, the Korean one its translation lacks): {missing}"
+
+
 def test_rows_padded_by_characters_are_found_ragged_and_rows_padded_by_pad_are_not():
     """tests/tables.py, which the drift check runs over every Korean solution's printed tables (test_grading_roundtrip):
     an f-string pads a Korean label by characters, `pad` by display columns."""
@@ -863,3 +886,26 @@ def test_english_words_are_found_and_names_units_and_identifiers_are_not():
     assert english_words("  UserWarning: torch.cuda.amp.GradScaler is enabled, but CUDA is not available.") == []
     assert english_words("skipped the step: RuntimeError: boom") == ["skipped", "the", "step"]
     assert english_words("compute capability 8.0 이상, bf16 autocast") == []
+    # code: a backquoted command, a numbered line of a library's source, a config string, **kwargs, an issue number
+    assert english_words("torchao가 없습니다(`pip install torchao`): 건너뜁니다") == []
+    assert english_words("   2119              loss = loss / self.current_gradient_accumulation_steps") == []
+    assert english_words("bf16+ckpt+8bit        36.70, **kwargs 인자 여부, pytorch#178817 이후") == []
+    assert english_words("2119 steps then loss") == ["steps", "then", "loss"]
+
+
+def test_a_bracketed_library_message_is_the_librarys_over_every_line_it_takes():
+    from korean_text import english_lines
+
+    wrapped = (
+        "  requires_grad 없는 입력:   출력이 grad를 요구하지 않음  [UserWarning: None\n"
+        "                                 of the inputs have requires_grad=True. Gradients will be None]\n"
+        "transformers 로그: [WARNING:transformers.modeling_utils:`use_cache=True` is incompatible\n"
+        "    with gradient checkpointing. Setting `use_cache=False`.]\n"
+        "  keyword argument scale=2.0: ok"
+    )
+    assert english_lines(wrapped) == [("  keyword argument scale=2.0: ok", ["keyword", "argument"])]
+    broken_after_the_class = "0번 계층: True; [FutureWarning:\n   `enable` is deprecated and will be removed in v6.]"
+    assert english_lines(broken_after_the_class) == []
+    assert english_lines("[warning: the weights are frozen]") == [
+        ("[warning: the weights are frozen]", ["warning", "the", "weights", "are", "frozen"])
+    ]

@@ -174,12 +174,7 @@ def test_korean_tables_line_up(real_grading, slug):
     assert not ragged, f"{slug}: rows padded by characters, not display columns (cell, rows): {ragged[:3]}"
 
 
-#: the lessons whose every printed line is Korean in the Korean edition (issue: the Korean edition as a Korean learner
-#: meets it); the others still print row labels that are their English keys, and join this list as they are done
-KOREAN_OUTPUT = ("01-memory-anatomy", "02-numeric-formats", "03-amp-gradscaler")
-
-
-@pytest.mark.parametrize("slug", KOREAN_OUTPUT)
+@pytest.mark.parametrize("slug", SLUGS)
 def test_korean_solutions_print_no_english_words(real_grading, slug):
     """Every line a Korean solution prints is Korean to a Korean reader: no English word of three letters or more
     outside identifiers, names, units and the short list of library words in tests/korean_text.py."""
