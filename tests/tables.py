@@ -16,9 +16,10 @@ CELL = re.compile(r"\S+(?: \S+)*")
 
 
 def _edges(line: str) -> tuple[set[int], set[int], int]:
-    """Where each table cell of `line` starts and ends, in characters and in display columns; how many cells."""
+    """Where each table cell of `line` starts and ends, in characters and in display columns; how many cells. The
+    row's end is not an edge: a last column written to the left ends where its text does ('매개변수', '(중복)')."""
     spans = [m.span() for m in CELL.finditer(line)]
-    chars = {p for span in spans for p in span}
+    chars = {p for span in spans for p in span} - {spans[-1][1]} if spans else set()
     return chars, {display_width(line[:p]) for p in chars}, len(spans)
 
 

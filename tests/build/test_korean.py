@@ -513,7 +513,9 @@ def test_prose_that_quotes_a_header_quotes_it_in_korean(slug):
         for text in quoted.findall(prose):
             if text in headers and headers[text] not in ko.source:
                 missing.append((index, text, headers[text]))
-    assert not missing, f"{slug}: (cell, the English header quoted, the Korean one its translation lacks): {missing}"
+    assert not missing, (
+        f"{slug}: (cell, the English header quoted, the Korean one its translation lacks): {missing}"
+    )
 
 
 def test_rows_padded_by_characters_are_found_ragged_and_rows_padded_by_pad_are_not():
@@ -536,6 +538,12 @@ def test_rows_padded_by_characters_are_found_ragged_and_rows_padded_by_pad_are_n
     assert (
         ragged_rows("스텝 1은 6.17 MiB로 시작해 32.32 MiB까지 올라갑니다.\nfp8_e5m2     99.9%     0.1%") == []
     )
+    # a last column written to the left ends where its text does: two labels of as many characters are not a
+    # ragged edge (lesson 04's kinds of saved tensor, lesson 06's fields)
+    kinds = "\n".join(
+        f"MmBackward0  {n:>8,}  " + notebook.pad(k, "<12") for n, k in ((4096, "매개변수"), (2048, "(중복)"))
+    )
+    assert ragged_rows(kinds) == []
 
 
 @pytest.mark.parametrize("slug", lesson_slugs())
@@ -745,7 +753,9 @@ def test_a_class_of_both_editions_is_graded_each_against_its_own(built, tmp_path
         assert {g: float(row[g]) for g in here} == here and len(here) >= len(auto) - 1, row["notes"]
     assert all(float(cho[g]) == 0 for g in auto) and float(cho["total"]) == 0
     # the grader's own notes speak the edition's language too: the edition, the answer to grade by hand
-    assert "한국어판(ko) 기준으로 채점했습니다(ko/solutions/)" in ada["notes"] and "한국어판(ko)" in cho["notes"]
+    assert (
+        "한국어판(ko) 기준으로 채점했습니다(ko/solutions/)" in ada["notes"] and "한국어판(ko)" in cho["notes"]
+    )
     assert "w1_square_sign: 수동 채점 필요" in ada["notes"] and "needs manual grading" not in ada["notes"]
     assert "edition" not in bob["notes"] and "w1_square_sign: needs manual grading" in bob["notes"]
 
@@ -826,13 +836,22 @@ def test_the_trackers_table_speaks_korean_and_lines_up():
     trace = _step_trace()
     english = trace.table()
     assert english.splitlines()[0].split() == ["point", "live", "MiB", "peak", "since", "last"]
-    assert [line.strip()[: len(c)] for line, c in zip(english.splitlines()[-4:], CATEGORIES)] == list(CATEGORIES)
+    assert [line.strip()[: len(c)] for line, c in zip(english.splitlines()[-4:], CATEGORIES)] == list(
+        CATEGORIES
+    )
     i18n.use("ko")
     korean = trace.table()
     assert not english_lines(korean), english_lines(korean)
-    assert "역전파 후" in korean and [m.name for m in trace.marks][1] == "after backward"  # shown Korean, kept English
+    assert (
+        "역전파 후" in korean and [m.name for m in trace.marks][1] == "after backward"
+    )  # shown Korean, kept English
     assert not ragged_rows(trace.table()), trace.table()
-    assert [display_name(c) for c in CATEGORIES] == ["매개변수", "변화도", "옵티마이저 상태", "활성화 값과 임시 텐서"]
+    assert [display_name(c) for c in CATEGORIES] == [
+        "매개변수",
+        "변화도",
+        "옵티마이저 상태",
+        "활성화 값과 임시 텐서",
+    ]
     assert set(trace.peak_by_category) == set(CATEGORIES)  # the data keeps its keys
 
 
@@ -882,8 +901,15 @@ def test_english_words_are_found_and_names_units_and_identifiers_are_not():
     assert english_words("model.config.pad_token_id, `logits_to_keep`, torch.bfloat16, bf16, fp32") == []
     assert english_words("aten::mm, _log_softmax_backward_data.default, mul.Tensor") == []
     # a library's message quoted after its class name is the library's; the words before it are not
-    assert english_words("마이크로 배치마다 update(): AssertionError: No inf checks were recorded prior to update.") == []
-    assert english_words("  UserWarning: torch.cuda.amp.GradScaler is enabled, but CUDA is not available.") == []
+    assert (
+        english_words(
+            "마이크로 배치마다 update(): AssertionError: No inf checks were recorded prior to update."
+        )
+        == []
+    )
+    assert (
+        english_words("  UserWarning: torch.cuda.amp.GradScaler is enabled, but CUDA is not available.") == []
+    )
     assert english_words("skipped the step: RuntimeError: boom") == ["skipped", "the", "step"]
     assert english_words("compute capability 8.0 이상, bf16 autocast") == []
     # code: a backquoted command, a numbered line of a library's source, a config string, **kwargs, an issue number
@@ -904,7 +930,9 @@ def test_a_bracketed_library_message_is_the_librarys_over_every_line_it_takes():
         "  keyword argument scale=2.0: ok"
     )
     assert english_lines(wrapped) == [("  keyword argument scale=2.0: ok", ["keyword", "argument"])]
-    broken_after_the_class = "0번 계층: True; [FutureWarning:\n   `enable` is deprecated and will be removed in v6.]"
+    broken_after_the_class = (
+        "0번 계층: True; [FutureWarning:\n   `enable` is deprecated and will be removed in v6.]"
+    )
     assert english_lines(broken_after_the_class) == []
     assert english_lines("[warning: the weights are frozen]") == [
         ("[warning: the weights are frozen]", ["warning", "the", "weights", "are", "frozen"])
