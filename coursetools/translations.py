@@ -333,10 +333,29 @@ _HEADING = re.compile(r"^(#{1,6})\s", re.M)
 _HTML = re.compile(r"<[^>\n]+>")
 
 
+def fenced_code(fence: str) -> str:
+    """A fenced block as the code a translation keeps: a Python block without its comments, which are prose (a
+    comment a lesson adds to a library's source it quotes), each line without the blanks that aligned them."""
+    first, _, body = fence.partition("\n")
+    if first.strip("`~ \t").lower() not in ("python", "py"):
+        return fence
+    lines, closing = body.rsplit("\n", 1) if "\n" in body else (body, "")
+    try:
+        tokens = [
+            t
+            for t in tokenize.generate_tokens(io.StringIO(lines + "\n").readline)
+            if t.type != tokenize.COMMENT
+        ]
+        code = tokenize.untokenize(tokens)
+    except (tokenize.TokenError, SyntaxError):
+        return fence
+    return "\n".join([first, *(line.rstrip() for line in code.splitlines()), closing])
+
+
 def markdown_structure(text: str) -> dict[str, list[str]]:
-    """What a translation of a markdown cell keeps: heading levels (in order), fenced code, math, code spans and link
-    targets (as multisets)."""
-    fences = [m.group(0) for m in _FENCE.finditer(text)]
+    """What a translation of a markdown cell keeps: heading levels (in order), fenced code (its Python comments
+    aside: `fenced_code`), math, code spans and link targets (as multisets)."""
+    fences = [fenced_code(m.group(0)) for m in _FENCE.finditer(text)]
     rest = _FENCE.sub("", text)
     spans = [m.group(0) for m in _CODE_SPAN.finditer(rest)]
     rest = _CODE_SPAN.sub("", rest)

@@ -422,6 +422,20 @@ def test_markdown_structure_is_kept():
     assert len(notes) == 2 and notes[0].startswith("code spans differ")
 
 
+def test_a_python_fence_keeps_its_code_and_may_translate_its_comments():
+    english = "From TE:\n\n```python\nsf = fp8_max / amax          # amax 0: keep the scale\nx = 1\n```\n"
+    commented = (
+        "TE의 소스:\n\n```python\nsf = fp8_max / amax          # amax가 0이면 스케일 유지\nx = 1\n```\n"
+    )
+    assert tr.markdown_differences(english, commented) == ([], [])
+    changed = commented.replace("x = 1", "x = 2")
+    assert tr.markdown_differences(english, changed)[0][0].startswith("fenced code differ")
+    shell = "Run:\n\n```bash\npip install torch  # the CPU build\n```\n"
+    assert tr.markdown_differences(shell, shell.replace("the CPU build", "CPU 빌드"))[
+        0
+    ]  # only Python's comments
+
+
 # ---- the real lessons' editions ------------------------------------------------------------------------------------
 
 
