@@ -17,10 +17,13 @@ CELL = re.compile(r"\S+(?: \S+)*")
 
 def _edges(line: str) -> tuple[set[int], set[int], int]:
     """Where each table cell of `line` starts and ends, in characters and in display columns; how many cells. The
-    row's end is not an edge: a last column written to the left ends where its text does ('매개변수', '(중복)')."""
+    row's end counts in display columns only: a right-aligned last column ends on one column (summary_table's
+    values), but a left-aligned one ends where its text does, and two labels of as many characters ('매개변수',
+    '(중복)') end on one character without being padded by characters."""
     spans = [m.span() for m in CELL.finditer(line)]
-    chars = {p for span in spans for p in span} - {spans[-1][1]} if spans else set()
-    return chars, {display_width(line[:p]) for p in chars}, len(spans)
+    edges = {p for span in spans for p in span}
+    columns = {display_width(line[:p]) for p in edges}
+    return edges - {spans[-1][1]} if spans else edges, columns, len(spans)
 
 
 def ragged_rows(text: str) -> list[tuple[str, str]]:

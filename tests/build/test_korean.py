@@ -558,6 +558,14 @@ def test_rows_padded_by_characters_are_found_ragged_and_rows_padded_by_pad_are_n
         f"MmBackward0  {n:>8,}  " + notebook.pad(k, "<12") for n, k in ((4096, "매개변수"), (2048, "(중복)"))
     )
     assert ragged_rows(kinds) == []
+    # and a right-aligned last column ends on one display column: summary_table's rows line up
+    summary = notebook.summary_table(
+        [
+            ("§4 체크포인팅 없음: 최대 MiB / MFLOPs / ms", "11.39 / 797 / 13.8"),
+            ("§4 체크포인팅 선택적: 최대 MiB", "7.71"),
+        ]
+    )
+    assert ragged_rows(summary) == []
 
 
 @pytest.mark.parametrize("slug", lesson_slugs())
