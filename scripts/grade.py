@@ -6,20 +6,35 @@ python scripts/grade.py SUBMISSIONS_DIR --out grades.csv [--lessons SLUG ...] [-
 python scripts/grade.py --merge shard-1.csv shard-2.csv ... --out grades.csv
 """
 
+import os
 import sys
 from pathlib import Path
+
+COURSE = Path(__file__).resolve().parents[1]
+FROM_CHECKOUT = "MEMLAB_GRADE_FROM_CHECKOUT"  # set on the one run again with the checkout on PYTHONPATH
 
 try:
     from grading.batch import main
 except ModuleNotFoundError as missing:
-    if missing.name != "grading":
+    if missing.name != "grading" and not os.environ.get(FROM_CHECKOUT):
         raise
-    # the course is a package this Python must have installed (pip reads requirements.txt's `-e .` against the
-    # folder pip runs in, so an install from another folder installs nothing of the course): say which install
-    course = Path(__file__).resolve().parents[1]
+    if not os.environ.get(FROM_CHECKOUT):
+        # a Python with the course's dependencies but not the course (pip reads requirements.txt's `-e .` against
+        # the folder it runs in): run again from this checkout, on PYTHONPATH so that the workers inherit it
+        print(
+            f"grade.py: the course is not installed in {sys.executable}; grading from {COURSE}",
+            file=sys.stderr,
+        )
+        path = os.pathsep.join(p for p in (str(COURSE), os.environ.get("PYTHONPATH")) if p)
+        flags = ["-S"] if sys.flags.no_site else []
+        os.execve(
+            sys.executable,
+            [sys.executable, *flags, __file__, *sys.argv[1:]],
+            {**os.environ, "PYTHONPATH": path, FROM_CHECKOUT: "1"},
+        )
     print(
-        f"grade.py: this Python ({sys.executable}) does not have the course installed (no module named 'grading').\n"
-        f"Install it with the same Python, from any folder:\n    {sys.executable} -m pip install -e {course}\n"
+        f"grade.py: this Python ({sys.executable}) lacks the course's dependencies (no module named {missing.name!r}).\n"
+        f"Install the course with the same Python, from any folder:\n    {sys.executable} -m pip install -e {COURSE}\n"
         f"or from the course's folder: pip install -r requirements.txt",
         file=sys.stderr,
     )

@@ -85,6 +85,27 @@ def test_grade_py_without_the_course_installed_says_what_to_install():
     assert f"{sys.executable} -m pip install -e {ROOT}" in proc.stderr
 
 
+def test_grade_py_grades_from_its_checkout_when_this_python_has_the_dependencies_but_not_the_course():
+    """A Python with torch, nbgrader, ... but not the course (the grading smoke test's): grade.py runs again with its
+    checkout on PYTHONPATH, says so, and goes on (here to its answer about a folder that does not exist)."""
+    import site
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": site.getsitepackages()[0],
+    }  # -S: the packages, not the course's editable finder
+    proc = subprocess.run(
+        [sys.executable, "-S", str(ROOT / "scripts" / "grade.py"), "/nonexistent", "--out", "x.csv"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT.parent,
+        env=env,
+    )
+    assert f"the course is not installed in {sys.executable}; grading from {ROOT}" in proc.stderr
+    assert proc.returncode == 2 and "does not exist" in proc.stderr, proc.stderr
+
+
 def test_the_worker_server_preloads_what_a_worker_needs_but_not_the_check_kit():
     modules = imported_after("import " + ", ".join(PRELOAD + TORCH_PRELOAD))
     assert {"torch", "nbformat", "nbgrader.apps", "grading.judge"} <= modules
