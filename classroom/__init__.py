@@ -5,6 +5,7 @@
 
 `classroom.prepare` puts a class in place (the exchange, the course folder's owner and permissions, the configuration
 files) and checks it as the students and the instructor see it; `jupyterhub_config.py` is the hub's configuration it
-installs (LocalProcessSpawner: each server a process of its Linux user). Nothing here is imported by
-the lessons, the toolkit or the grader.
+installs (LocalProcessSpawner: each server a process of its Linux user; with `prepare --docker-image`, each student's a
+container of the image `python -m classroom image` builds, classroom/image.py and classroom/Dockerfile). Nothing here
+is imported by the lessons, the toolkit or the grader.
 """

@@ -1,4 +1,5 @@
-"""`python -m classroom prepare ...` (run from the course folder): see classroom/prepare.py."""
+"""`python -m classroom prepare ...` and `python -m classroom image ...` (run from the course folder): see
+classroom/prepare.py and classroom/image.py."""
 
 import sys
 

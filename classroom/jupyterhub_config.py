@@ -6,8 +6,10 @@ root (LocalProcessSpawner starts each user's server as that user):
 
     jupyterhub -f /srv/memlab-class/jupyterhub_config.py
 
-prepare rewrites this file; put a site's own settings (TLS, the port, admins, limits) in jupyterhub_config_local.py
-next to it, loaded last. Users log in with their Linux password (JupyterHub's default PAMAuthenticator).
+With `prepare --docker-image IMAGE` each student's server is a container of IMAGE (DockerSpawner), started as her
+Linux user; the instructor's stays a process. prepare rewrites this file; put a site's own settings (TLS, the port,
+admins, limits such as c.DockerSpawner.mem_limit) in jupyterhub_config_local.py next to it, loaded last. Users log in
+with their Linux password (JupyterHub's default PAMAuthenticator).
 """
 
 import json
@@ -36,9 +38,37 @@ if CLASS.get("subdomain_host"):
 # every server runs the environment prepare was given, in JupyterLab, with nothing inherited from the hub's own
 # environment (PYTHONPATH, PATH, VIRTUAL_ENV): each role's are set below
 BIN = CLASS["python_bin"]
-c.Spawner.cmd = [os.path.join(BIN, "jupyterhub-singleuser")]
+c.LocalProcessSpawner.cmd = [os.path.join(BIN, "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.env_keep = ["LANG", "LC_ALL"]
+
+# students' servers in containers (prepare --docker-image): class.json says, for each student, her user, what of the
+# machine her container sees and its environment; the instructor's server stays a process of her Linux user, beside
+# the course folder, the GPU and bubblewrap, which grading needs
+DOCKER = CLASS.get("docker")
+if DOCKER:
+    from dockerspawner import DockerSpawner
+    from jupyterhub.spawner import LocalProcessSpawner
+
+    CONTAINERS = DOCKER["containers"]
+
+    class ClassSpawner(LocalProcessSpawner):
+        """Makes each user's spawner: a DockerSpawner for a student, a LocalProcessSpawner for the instructor.
+        (JupyterHub has one spawner class, which it calls with the user; a class it accepts must be a Spawner with
+        start, stop and poll, which this one never uses.)"""
+
+        def __new__(cls, *args, user=None, **kwargs):
+            chosen = DockerSpawner if user is not None and user.name in CONTAINERS else LocalProcessSpawner
+            return chosen(*args, user=user, **kwargs)
+
+    c.JupyterHub.spawner_class = ClassSpawner
+    # the hub's API where the containers reach it: Docker's bridge gateway
+    c.JupyterHub.hub_ip = DOCKER["hub_ip"]
+    c.DockerSpawner.image = DOCKER["image"]
+    c.DockerSpawner.pull_policy = "never"  # built on this machine by `python -m classroom image`
+    c.DockerSpawner.remove = True  # what a student keeps is in her home, mounted
+    c.DockerSpawner.extra_create_kwargs = lambda spawner: CONTAINERS[spawner.user.name]["create"]
+    c.DockerSpawner.extra_host_config = {"cap_drop": ["ALL"], "security_opt": ["no-new-privileges"]}
 
 
 def class_environment(name: str) -> dict:
@@ -57,8 +87,15 @@ def class_environment(name: str) -> dict:
 
 
 def pre_spawn_hook(spawner):
+    name = spawner.user.name
+    if DOCKER and name in CONTAINERS:
+        spawner.volumes = CONTAINERS[name]["volumes"]
+        spawner.notebook_dir = CONTAINERS[name]["create"]["working_dir"]
+        environment = CONTAINERS[name]["environment"]
+    else:
+        environment = class_environment(name)
     # a new dict for each server: Spawner.environment is shared by every spawner that the configuration made
-    spawner.environment = {**spawner.environment, **class_environment(spawner.user.name)}
+    spawner.environment = {**spawner.environment, **environment}
 
 
 c.Spawner.pre_spawn_hook = pre_spawn_hook

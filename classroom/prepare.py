@@ -24,6 +24,10 @@ the users' servers run (PYTHON; `--python` names another). The users must exist 
    it); the instructor's Python imports the course's own packages, and bubblewrap works for the instructor (grading
    runs every submission in its sandbox, as the instructor, from formgrader).
 
+With `--docker-image IMAGE` (built by `python -m classroom image`) each student's server is a container of IMAGE as
+her user, which sees of the machine only her home, the exchange and the class's configuration (container()); the
+checks of step 4 then run in such a container, and class.json holds each student's container.
+
 Running it again changes only what differs, and says what it changed. It refuses, saying why, to take over a file
 or folder it did not make (a global nbgrader_config.py written by someone else, a class folder that is not empty).
 Then start the hub: `jupyterhub -f CLASS_DIR/jupyterhub_config.py`.
@@ -32,6 +36,7 @@ Then start the hub: `jupyterhub -f CLASS_DIR/jupyterhub_config.py`.
 from __future__ import annotations
 
 import argparse
+import grp
 import json
 import os
 import pwd
@@ -41,6 +46,8 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+
+from classroom import image
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -359,8 +366,14 @@ def listable(path):
 
 
 kit = found["autograders"]
+try:
+    from importlib.metadata import version
+    hub = version("jupyterhub")
+except Exception:
+    hub = None
 print(json.dumps({
     "found": found,
+    "jupyterhub_version": hub,
     "course_readable": listable(course),
     "course_writable": os.access(course, os.W_OK | os.X_OK),
     "references": bool(kit) and listable(os.path.join(kit, "references")),
@@ -412,12 +425,20 @@ def as_user(entry: pwd.struct_passwd, argv: list[str], env: dict[str, str]) -> s
 
 
 def probe(entry: pwd.struct_passwd, settings: dict, role: str) -> dict:
-    python = os.path.join(settings["python_bin"], "python")
-    args = [python, "-c", PROBE, settings["course"], settings["exchange"], settings["course_id"]]
-    done = as_user(entry, args, environment_of(entry, settings, role))
+    """PROBE run as `entry` where the hub runs that user's server: a process of the user on this machine, or, for a
+    student of a class in containers, a container of the class's image as the hub makes it."""
+    inputs = [PROBE, settings["course"], settings["exchange"], settings["course_id"]]
+    docker = settings["docker"]
+    if role == "learner" and docker:
+        where = f"the image {docker['image']}"
+        done = in_container(docker, docker["containers"][entry.pw_name], ["python3", "-c", *inputs])
+    else:
+        python = os.path.join(settings["python_bin"], "python")
+        where = python
+        done = as_user(entry, [python, "-c", *inputs], environment_of(entry, settings, role))
     if done.returncode != 0:
         raise ClassError(
-            f"{python} does not run as {entry.pw_name}: {(done.stderr or done.stdout).strip()[-400:]} "
+            f"{where} does not run as {entry.pw_name}: {(done.stderr or done.stdout).strip()[-400:]} "
             "(every user must be able to read and run the environment the hub starts their servers with)"
         )
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -434,10 +455,22 @@ def check_students(learners: list[pwd.struct_passwd], settings: dict) -> None:
         if not seen["exchange_writable"] or not seen["course_exchange_readable"]:
             raise ClassError(f"{name} cannot use the exchange {settings['exchange']}")
         missing = [m for m in ("memlab", "autograders", "nbgrader", "jupyterhub") if not seen["found"][m]]
+        docker = settings["docker"]
+        if missing and docker:
+            raise ClassError(
+                f"{name}'s server, a container of {docker['image']}, cannot import {', '.join(missing)}: build the "
+                f"image with  python -m classroom image --tag {docker['image']}"
+            )
         if missing:
             raise ClassError(
                 f"{name}'s Python ({settings['python_bin']}) cannot import {', '.join(missing)}: install the "
                 "environment from the learner release (docs/class.md) or give --release DIR"
+            )
+        if docker and seen["jupyterhub_version"] != docker["jupyterhub_version"]:
+            raise ClassError(
+                f"the image {docker['image']} has JupyterHub {seen['jupyterhub_version']}, the hub "
+                f"{docker['jupyterhub_version']}: build the image again with the hub's Python "
+                f"(python -m classroom image --tag {docker['image']})"
             )
         if seen["references"] or seen["solutions"]:
             kit = seen["found"]["autograders"]
@@ -502,6 +535,129 @@ def check_release(release: Path) -> Path:
     return release
 
 
+# ---- students in containers (DockerSpawner) ------------------------------------------------------------------------
+
+#: a student's container holds these accounts only: root and nobody, whom the image's files name, and the student
+BASE_ACCOUNTS = {
+    "passwd": ["root:x:0:0:root:/root:/bin/sh", "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin"],
+    "group": ["root:x:0:", "nogroup:x:65534:"],
+}
+
+
+def docker_command() -> str:
+    docker = shutil.which("docker")
+    if docker is None:
+        raise ClassError("--docker-image: no docker command on this machine (install Docker, docs/class.md)")
+    return docker
+
+
+def docker_class(image: str, python_bin: str, class_dir: Path) -> dict:
+    """The containers' part of class.json without the students: the image (built on this machine), the address the
+    hub's API listens on for them (the gateway of Docker's default network) and the hub's JupyterHub version."""
+    docker = docker_command()
+    found = subprocess.run([docker, "image", "inspect", image], capture_output=True, text=True)
+    if found.returncode != 0:
+        raise ClassError(
+            f"no image {image!r} here ({(found.stderr or found.stdout).strip()[:200]}): build it with  "
+            f"python -m classroom image --tag {image}"
+        )
+    gateway = subprocess.run(
+        [docker, "network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}"],
+        capture_output=True,
+        text=True,
+    )
+    if gateway.returncode != 0 or not gateway.stdout.strip():
+        raise ClassError(f"cannot read Docker's bridge network: {gateway.stderr.strip()[:200]}")
+    hub = subprocess.run(
+        [
+            os.path.join(python_bin, "python"),
+            "-c",
+            "import dockerspawner, importlib.metadata as m; print(m.version('jupyterhub'))",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if hub.returncode != 0:
+        raise ClassError(
+            f"the hub's Python ({python_bin}) cannot import dockerspawner: pip install dockerspawner into it"
+        )
+    return {
+        "image": image,
+        "hub_ip": gateway.stdout.strip(),
+        "jupyterhub_version": hub.stdout.strip(),
+        "accounts": str(class_dir / "containers"),
+        "containers": {},
+    }
+
+
+def container(entry: pwd.struct_passwd, settings: dict) -> dict:
+    """What the hub gives `entry`'s container (classroom/jupyterhub_config.py reads it from class.json): the student's
+    user and group ids, and of the machine only her home, the exchange, nbgrader's global configuration and the
+    class's learner view, each at its path on the machine; her account in /etc/passwd and /etc/group."""
+    accounts = Path(settings["docker"]["accounts"]) / entry.pw_name
+    nbgrader_config = os.path.join(settings["etc_dir"], "nbgrader_config.py")
+    environment = environment_of(entry, settings, "learner")
+    return {
+        # docker's own create arguments: the user, and her home as the working folder (nbgrader's assignment list
+        # fetches into the server's working folder, whatever JupyterLab's root is)
+        "create": {"user": f"{entry.pw_uid}:{entry.pw_gid}", "working_dir": entry.pw_dir},
+        "volumes": {
+            entry.pw_dir: {"bind": entry.pw_dir, "mode": "rw"},
+            settings["exchange"]: {"bind": settings["exchange"], "mode": "rw"},
+            nbgrader_config: {"bind": nbgrader_config, "mode": "ro"},
+            **{view: {"bind": view, "mode": "ro"} for view in settings["jupyter_config_path"]["learner"]},
+            str(accounts / "passwd"): {"bind": "/etc/passwd", "mode": "ro"},
+            str(accounts / "group"): {"bind": "/etc/group", "mode": "ro"},
+        },
+        # the image's own PATH and Python: nothing of this machine's
+        "environment": {k: environment[k] for k in ("HOME", "USER", "JUPYTER_CONFIG_PATH", "LANG")},
+    }
+
+
+def in_container(docker: dict, spec: dict, argv: list[str]) -> subprocess.CompletedProcess:
+    """argv in a container of the class's image as the hub would start it for `spec`'s student, without a network
+    and with only the mounts that exist yet (prepare checks before it writes the class's files)."""
+    command = [docker_command(), "run", "--rm", "--network", "none", "--user", spec["create"]["user"]]
+    command += ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+    for host, mount in spec["volumes"].items():
+        if os.path.exists(host):
+            command += ["--volume", f"{host}:{mount['bind']}:{mount['mode']}"]
+    for name, value in spec["environment"].items():
+        command += ["--env", f"{name}={value}"]
+    return subprocess.run([*command, docker["image"], *argv], capture_output=True, text=True, timeout=300)
+
+
+def container_accounts(folder: Path, learners: list[pwd.struct_passwd]) -> None:
+    """Each student's /etc/passwd and /etc/group in her container (nbgrader names the user from them); those of
+    students no longer in the class are removed."""
+    if folder.is_dir():
+        for old in sorted(set(p.name for p in folder.iterdir()) - {e.pw_name for e in learners}):
+            shutil.rmtree(folder / old)
+            say(f"removed the container account of {old}, no longer a student of the class")
+    for entry in learners:
+        group = grp.getgrgid(entry.pw_gid).gr_name if _has_group(entry.pw_gid) else entry.pw_name
+        lines = {
+            "passwd": [f"{entry.pw_name}:x:{entry.pw_uid}:{entry.pw_gid}::{entry.pw_dir}:/bin/bash"],
+            "group": [f"{group}:x:{entry.pw_gid}:"],
+        }
+        for name, own in lines.items():
+            path = folder / entry.pw_name / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            text = "\n".join(BASE_ACCOUNTS[name] + own) + "\n"
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                path.write_text(text, encoding="utf-8")
+                say(f"wrote {path}")
+            os.chmod(path, 0o644)
+
+
+def _has_group(gid: int) -> bool:
+    try:
+        grp.getgrgid(gid)
+        return True
+    except KeyError:
+        return False
+
+
 # ---- the command ---------------------------------------------------------------------------------------------------
 
 
@@ -545,12 +701,18 @@ def prepare(args: argparse.Namespace) -> dict:
         # what each one's Python imports first: the instructor the course's own packages (with the grading
         # references the judge needs), the students the learner release (or the environment's, from it)
         "pythonpath": {"instructor": str(course), "learner": str(release) if release else ""},
+        # students' servers in containers of this image (--docker-image), the instructor's a process as above
+        "docker": docker_class(args.docker_image, python_bin, args.class_dir) if args.docker_image else None,
     }
+    if settings["docker"]:
+        settings["docker"]["containers"] = {s.pw_name: container(s, settings) for s in learners}
     # checked before any configuration is written: a class that would expose the solutions is never configured
     check_students(learners, settings)
     check_instructor(teacher, settings)
     global_nbgrader_config(args.etc_dir, args.exchange, args.course_id)
     class_folder(args.class_dir, settings, args.subdomain_host or "")
+    if settings["docker"]:
+        container_accounts(Path(settings["docker"]["accounts"]), learners)
     say(f"ready: start the hub with  jupyterhub -f {args.class_dir / 'jupyterhub_config.py'}")
     return settings
 
@@ -596,14 +758,24 @@ def parser() -> argparse.ArgumentParser:
         help="a subdomain per user (JupyterHub.subdomain_host, e.g. https://hub.example.org): formgrader then "
         "opens inside the instructor's JupyterLab",
     )
+    q.add_argument(
+        "--docker-image",
+        metavar="IMAGE",
+        help="run each student's server in a container of IMAGE (made by `python -m classroom image`) with "
+        "DockerSpawner; the instructor's stays a process on this machine",
+    )
+    image.add_arguments(sub.add_parser("image", help="build the students' image (for --docker-image)"))
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        prepare(args)
-    except ClassError as error:
+        if args.command == "image":
+            image.build(args)
+        else:
+            prepare(args)
+    except (ClassError, image.ImageError) as error:
         print(f"classroom: error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -17,11 +17,17 @@ lesson (tests/fixtures/minicourse/solutions/00-fixture) as the class's only less
   autogrades (formgrader's own button: the course's sandbox and judge, no seed given), grades the written answer by
   hand in formgrader, generates and releases feedback; alice fetches it and reads her score in it.
 
+It runs twice: with alice's server a process of her user (LocalProcessSpawner), and with it a container of the
+students' image (DockerSpawner, prepare --docker-image), built as docs/class.md says by tests/learner_image.py; there
+prepare first refuses an image without the course, and alice's running container is checked: her user and group ids,
+the toolkit from the image, her home in sight and the instructor's (the course folder) not. The instructor's server
+is a process both times.
+
 Asserted from what the class really holds, not only from the pages: the exchange, the course's gradebook (every
 cell's score), the seed the course made for itself, no gradebook in the instructor's home, the feedback file.
 
 Needs root (it makes users, and the hub starts each server as its user), configurable-http-proxy (npm), chromium and
-Playwright, and user namespaces for a user who is not root (grading sandboxes each submission with bubblewrap as
+Playwright (and for the containers, a Docker daemon, dockerspawner and a base image or debootstrap), and user namespaces for a user who is not root (grading sandboxes each submission with bubblewrap as
 the instructor); skipped with the reason where one is missing. Where this test environment's Python lives under a
 folder other users cannot enter (a pyenv Python under /root), the test's two users are given search permission on
 that folder (an ACL entry each, removed after). Timings are printed (`pytest -s`), never asserted.
@@ -52,9 +58,10 @@ from pathlib import Path
 
 import pytest
 from lab_server import REPO, free_port
+from learner_image import BASE, docker, learner_image, why_no_docker
 from run_all import chromium_path, no_chromium
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 SLUG = "00-fixture"
 FIXTURE = REPO / "tests" / "fixtures" / "minicourse" / "solutions" / SLUG
@@ -69,15 +76,6 @@ WRITTEN = "The product of two negative numbers is positive."
 MANUAL_SCORE = 1  # of the written answer's 2 points, entered in formgrader
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 STEP_TIMEOUT_MS = 240_000  # a server's first start, Validate's and Autograde's runs, on 2 busy cores
-
-
-def _load_prepare():
-    """classroom/prepare.py, by its path (it imports only the standard library; the tests' sys.path need not hold
-    the repository's root)."""
-    spec = importlib.util.spec_from_file_location("classroom_prepare", REPO / "classroom" / "prepare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # ---- the machine: users, a folder other users may enter ------------------------------------------------------------
@@ -384,8 +382,9 @@ def _type_into(page, cell, text: str) -> None:
 # ---- the test --------------------------------------------------------------------------------------------------------
 
 
-def test_a_class_on_jupyterhub(tmp_path):
-    why = _why_not_here()
+@pytest.mark.parametrize("servers", ["processes", "containers"])
+def test_a_class_on_jupyterhub(tmp_path, servers):
+    why = _why_not_here() or (why_no_docker() if servers == "containers" else None)
     if why:
         pytest.skip(why)
     from playwright.sync_api import expect, sync_playwright
@@ -393,6 +392,10 @@ def test_a_class_on_jupyterhub(tmp_path):
     from memlab.hardware import unmet_requirements
 
     clock = Clock()
+    image = None
+    if servers == "containers":
+        image = learner_image()
+        clock(f"the students' image {image}")
     base = Path(tempfile.mkdtemp(prefix="memlab-class-", dir="/tmp"))
     os.chmod(base, 0o755)  # the users' homes and the release are in it
     try:
@@ -402,13 +405,13 @@ def test_a_class_on_jupyterhub(tmp_path):
             needed = [Path(os.path.realpath(sys.executable)), Path(sys.prefix), Path(sys.base_prefix), REPO]
             with _reachable(needed, uids):
                 _run_the_class(
-                    base, teacher, alice, tmp_path, clock, expect, sync_playwright, unmet_requirements
+                    base, teacher, alice, tmp_path, clock, expect, sync_playwright, unmet_requirements, image
                 )
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _run_the_class(base, teacher, alice, shots, clock, expect, sync_playwright, unmet_requirements):
+def _run_the_class(base, teacher, alice, shots, clock, expect, sync_playwright, unmet_requirements, image):
     probe = _as(alice, sys.executable, "-c", "import nbgrader")
     if probe.returncode != 0:
         pytest.skip(f"this environment's Python cannot be run by another user: {probe.stderr.strip()[-300:]}")
@@ -448,10 +451,21 @@ def _run_the_class(base, teacher, alice, shots, clock, expect, sync_playwright, 
     assert "learner release" in refused.stderr, refused.stderr
     assert not (base / "class" / "class.json").exists() and not (base / "etc" / "nbgrader_config.py").exists()
 
-    made = _prepare([*args, "--release", str(release)])
+    if image:
+        # students' servers in containers: an image without the course is refused, then the class's image is taken
+        # (and the learner release is not needed: the image is one)
+        refused = _prepare([*args, "--docker-image", BASE])
+        assert refused.returncode == 1 and "cannot import memlab" in refused.stderr, (
+            refused.stdout + refused.stderr
+        )
+        assert not (base / "class" / "class.json").exists()
+        args += ["--docker-image", image]
+    else:
+        args += ["--release", str(release)]
+    made = _prepare(args)
     print(made.stdout + made.stderr)
     assert made.returncode == 0, made.stdout + made.stderr
-    again = _prepare([*args, "--release", str(release)])
+    again = _prepare(args)
     assert again.returncode == 0, again.stderr
     changed = [
         line
@@ -517,6 +531,8 @@ def _run_the_class(base, teacher, alice, shots, clock, expect, sync_playwright, 
         fetched = Path(alice.pw_dir) / SLUG / f"{SLUG}.ipynb"
         assert fetched.is_file() and fetched.stat().st_uid == alice.pw_uid
         clock("alice fetched the lesson")
+        if image:
+            _alice_is_in_her_container(image, alice, teacher)
 
         cells = json.loads(fetched.read_text())["cells"]
         where = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): i for i, c in enumerate(cells)}
@@ -632,6 +648,25 @@ def _run_the_class(base, teacher, alice, shots, clock, expect, sync_playwright, 
         browser.close()
     clock("done")
     print(f"screenshots: {shots}")
+
+
+def _alice_is_in_her_container(image: str, alice: pwd.struct_passwd, teacher: pwd.struct_passwd) -> None:
+    """alice's server runs in a container of the class's image, as her user, seeing her home but not the
+    instructor's (the course folder is there), importing the toolkit without the grading references."""
+    (name,) = docker("ps", "--filter", f"ancestor={image}", "--format", "{{.Names}}").stdout.split()
+    seen = docker(
+        "exec", name, "python", "-c",
+        "import os, autograders; print(os.getuid(), os.getgid()); print(os.path.dirname(autograders.__file__)); "
+        f"print(os.path.isdir({alice.pw_dir!r}), os.path.exists({teacher.pw_dir!r}))",
+    )  # fmt: skip
+    assert seen.returncode == 0, seen.stderr
+    ids, kit, homes = seen.stdout.split("\n")[:3]
+    assert ids == f"{alice.pw_uid} {alice.pw_gid}", seen.stdout
+    assert kit.startswith("/opt/memlab/venv/") and not os.path.exists(kit), (
+        seen.stdout
+    )  # the image's, not ours
+    assert homes == "True False", f"alice's container sees her home, not the instructor's: {homes}"
+    print(f"alice's server: the container {name} of {image}, as {ids}, toolkit from {kit}")
 
 
 def _wait_for(condition, what: str, timeout: float = 60) -> None:
