@@ -959,3 +959,27 @@ def test_a_bracketed_library_message_is_the_librarys_over_every_line_it_takes():
     assert english_lines("[warning: the weights are frozen]") == [
         ("[warning: the weights are frozen]", ["warning", "the", "weights", "are", "frozen"])
     ]
+
+
+#: spellings the glossary (translations/ko/GLOSSARY.md) rules out, and the one it keeps
+NEVER_WRITTEN = {"최대값": "최댓값", "최소값": "최솟값", "그래디언트": "변화도"}
+
+
+def test_the_korean_text_keeps_the_glossarys_spellings():
+    """Every Korean message of the catalogues, and the Korean documents, spell a term as the glossary does."""
+    from babel.messages.pofile import read_po
+
+    texts = {}
+    for po in sorted((ROOT / "translations" / "ko").glob("*.po")):
+        with open(po, "rb") as f:
+            texts[po.name] = "\n".join(str(m.string) for m in read_po(f) if m.string)
+    for doc in [ROOT / "README.ko.md", *sorted((ROOT / "docs").glob("*.ko.md"))]:
+        texts[doc.name] = doc.read_text(encoding="utf-8")
+    assert len(texts) > 10 and any("최댓값" in text for text in texts.values())
+    found = [
+        (name, wrong, right)
+        for name, text in texts.items()
+        for wrong, right in NEVER_WRITTEN.items()
+        if wrong in text
+    ]
+    assert not found, f"(file, written, the glossary's spelling): {found}"
