@@ -78,6 +78,7 @@ TOP_LEVEL = {
     # transformers has from 5.23.0 on; under the image's 5.17.0 lessons 04 and 08 fail (results/gpu_image_versions.json)
     "transformers": "5.24.0",
     "peft": "0.21.2",  # the version CI tests, whatever the image's is
+    "trl": "1.16.0",  # tests/gpu/test_checkpointing_gpu.py: torchtune's OffloadActivations as TRL carries it (0.9 MiB)
 }
 
 #: distributions the GPU image holds (the image's list of its Python packages, read on 2026-11-17)

@@ -5,6 +5,10 @@ the grading reference) on the check's own set-up (`stack_setup(...)` at its CUDA
 intermediate 11008, 32 heads, bf16, batch 1, seq 2048). The numbers go to results/<gpu-name>.json.
 """
 
+import contextlib
+import importlib.metadata
+import time
+
 import pytest
 import torch
 
@@ -80,6 +84,69 @@ def test_save_on_cpu_lowers_the_device_peak(gpu_results, big_gpu):
         "peak_mib_save_on_cpu": offload / MiB,
     }
     assert offload < keep
+
+
+#: the offloads of section 7 against checkpointing, on its two 7B-shaped layers (lesson 04's prose waits for these)
+OFFLOADS = ("keep", "save_on_cpu", "overlapped (TRL)", "checkpointing")
+
+
+def test_overlapped_offload_against_save_on_cpu_and_checkpointing(gpu_results, big_gpu):
+    """Section 7's two layers four ways: activations kept; save_on_cpu (copies on the compute stream); torchtune's
+    OffloadActivations as TRL carries it (copies on a second stream, prefetch in backward); checkpointing. The
+    device peak, the step time (best of three after a warm-up) and the pinned host memory each holds at its peak."""
+    offloading = pytest.importorskip("trl.models.activation_offloading", reason="needs trl (pip install trl)")
+    from torch.utils.checkpoint import checkpoint
+
+    p = E3_PROFILES["cuda"]
+    layers, hidden, pe = stack_setup(big_gpu, p["config"], 2, p["batch"], p["seq"], p["dtype"])
+    overlapped = offloading.OffloadActivations(use_pin_memory=True, use_streams=True)
+    contexts = {
+        "keep": contextlib.nullcontext,
+        "save_on_cpu": lambda: torch.autograd.graph.save_on_cpu(pin_memory=True),
+        "overlapped (TRL)": lambda: overlapped,
+        "checkpointing": contextlib.nullcontext,
+    }
+
+    def step(mode: str) -> float:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with contexts[mode]():
+            h = hidden
+            for layer in layers:
+                if mode == "checkpointing":
+                    h = checkpoint(layer, h, position_embeddings=pe, use_reentrant=False)
+                else:
+                    h = layer(h, position_embeddings=pe)
+        h.float().square().mean().backward()
+        for q in layers.parameters():
+            q.grad = None
+        torch.cuda.synchronize()
+        return 1000 * (time.perf_counter() - start)
+
+    measured = {}
+    for mode in OFFLOADS:
+        step(mode)  # warm-up: the pinned pool and the kernels
+        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.reset_peak_host_memory_stats()
+        ms = min(step(mode) for _ in range(3))
+        pinned = torch.cuda.host_memory_stats().get("active_bytes.peak")
+        measured[mode] = {
+            "peak_mib": torch.cuda.max_memory_allocated() / MiB,
+            "step_ms": ms,
+            "pinned_host_mib_peak": None if pinned is None else pinned / MiB,
+        }
+    gpu_results["offloading_7b_shaped_layers"] = {
+        "layers": 2,
+        "seq": p["seq"],
+        "batch": p["batch"],
+        "dtype": str(p["dtype"]),
+        "trl": importlib.metadata.version("trl"),
+        "steps": "best of 3 after one warm-up",
+        **measured,
+    }
+    keep = measured["keep"]["peak_mib"]
+    assert measured["save_on_cpu"]["peak_mib"] < keep and measured["overlapped (TRL)"]["peak_mib"] < keep
+    assert measured["checkpointing"]["peak_mib"] < keep
 
 
 def test_the_check_accepts_its_own_measurement(big_gpu, monkeypatch, capsys):
