@@ -12,8 +12,9 @@ The parts, in order of value (each fits one GPU command: by default it stops sta
   1. the machine (device, driver, torch, CUDA, packages, the grading sandbox), the storage tracker against
      torch.cuda.max_memory_allocated and the simulator against a real CUDA step (tests/gpu/test_gpu_memory.py),
      lesson 03's bf16/fp32 measurement (tests/gpu/test_amp_gpu.py), lessons 01-03 executed at GPU sizes;
-  2. lessons 04 and 06's GPU tests (checkpointing 7B-shaped layers, save_on_cpu, the out-of-memory search, the
-     allocator snapshot, expandable segments) and lessons 04-06 executed at GPU sizes; the snapshot's files;
+  2. lessons 04 and 06's GPU tests (checkpointing 7B-shaped layers, save_on_cpu and TRL's overlapped offload, the
+     out-of-memory search, the allocator snapshot, expandable segments) and lessons 04-06 executed at GPU sizes; the
+     snapshot's files;
   3. lesson 07: torch._scaled_mm against bf16 (tests/gpu/test_fp8_gpu.py, with Transformer Engine's DelayedScaling
      where it imports), torchao.float8 linear layers against bf16, lesson 07 at GPU sizes;
   4. lesson 08: the 7B LoRA step's peak with and without checkpointing, eager and SDPA, against
