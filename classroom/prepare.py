@@ -764,7 +764,13 @@ def parser() -> argparse.ArgumentParser:
         help="run each student's server in a container of IMAGE (made by `python -m classroom image`) with "
         "DockerSpawner; the instructor's stays a process on this machine",
     )
-    image.add_arguments(sub.add_parser("image", help="build the students' image (for --docker-image)"))
+    image.add_arguments(
+        sub.add_parser(
+            "image",
+            help="build the students' image (for --docker-image)",
+            description=image.__doc__.split("\n\n")[2].replace("\n", " "),
+        )
+    )
     return p
 
 
