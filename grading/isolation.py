@@ -107,8 +107,10 @@ class Sandbox:
             args += ["--perms", "01777", "--size", size, "--tmpfs", folder]
         args += ["--perms", "0777", "--dir", "/tmp/home"]
         # jupyter_client tells a kernel its parent's pid, which means nothing inside a PID namespace (ipykernel
-        # would take the parent for gone and exit); the sandbox dies with its parent anyway (--die-with-parent)
-        args += ["--unsetenv", "JPY_PARENT_PID"]
+        # would take the parent for gone and exit); the sandbox dies with its parent anyway (--die-with-parent).
+        # 1 is ipykernel's "no parent to poll" (kernelapp.init_poller); without a parent at all it would take itself
+        # for a terminal's `ipython kernel` and print that banner, six lines a notebook, to the grader's terminal
+        args += ["--setenv", "JPY_PARENT_PID", "1"]
         for folder in SYSTEM_FOLDERS:
             args += ["--ro-bind-try", folder, folder]
         binds = [("--ro-bind", f) for f in (*python_folders(), *self.readable, self.kit_dir)]

@@ -211,6 +211,9 @@ def test_plain_nbgrader_needs_no_seed(tmp_path):
             [*nbgrader, *step], cwd=course, env=env, capture_output=True, text=True, timeout=600
         )
         assert done.returncode == 0, done.stdout + done.stderr
+        # the sandboxed kernel has no parent it could poll: it must not take itself for a terminal's `ipython
+        # kernel` and print that banner (six lines a notebook, in the instructor's terminal or formgrader's log)
+        assert "Ctrl-C will not work" not in done.stdout + done.stderr, done.stdout + done.stderr
         if step[0] == "autograde":
             scores.append(_scores(course, "00-fixture", "ada"))
             assert scores[-1]["e2_add_check"] == 4 and scores[-1]["e1_square_check"] == 4, (
