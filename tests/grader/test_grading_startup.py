@@ -85,6 +85,38 @@ def test_grade_py_without_the_course_installed_says_what_to_install():
     assert f"{sys.executable} -m pip install -e {ROOT}" in proc.stderr
 
 
+def test_grade_py_with_the_course_on_pythonpath_but_not_its_dependencies_says_what_to_install(tmp_path):
+    """The course importable (PYTHONPATH) in a Python without its dependencies: the install command, not a
+    traceback ending in the first dependency grading imports."""
+    proc = subprocess.run(
+        [sys.executable, "-S", str(ROOT / "scripts" / "grade.py"), "subs", "--out", "x.csv"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{sys.executable} -m pip install -e {ROOT}" in proc.stderr
+
+
+def test_grade_py_without_nbgrader_says_so_before_grading(tmp_path):
+    """nbgrader is imported only once grading has started (the smoke test's Python lacked it and got a traceback):
+    grade.py looks for it, and torch, first."""
+    hide = (
+        "import importlib.util as u, runpy, sys\n"
+        "find = u.find_spec\n"
+        "u.find_spec = lambda name, *a: None if name == 'nbgrader' else find(name, *a)\n"
+        f"sys.argv = [{str(ROOT / 'scripts' / 'grade.py')!r}, 'subs', '--out', 'x.csv']\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", hide], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "lacks the course's dependencies (no nbgrader)" in proc.stderr
+
+
 def test_grade_py_grades_from_its_checkout_when_this_python_has_the_dependencies_but_not_the_course():
     """A Python with torch, nbgrader, ... but not the course (the grading smoke test's): grade.py runs again with its
     checkout on PYTHONPATH, says so, and goes on (here to its answer about a folder that does not exist)."""
