@@ -635,7 +635,7 @@ def container_accounts(folder: Path, learners: list[pwd.struct_passwd]) -> None:
             shutil.rmtree(folder / old)
             say(f"removed the container account of {old}, no longer a student of the class")
     for entry in learners:
-        group = grp.getgrgid(entry.pw_gid).gr_name if _has_group(entry.pw_gid) else entry.pw_name
+        group = _group_name(entry.pw_gid, entry.pw_name)
         lines = {
             "passwd": [f"{entry.pw_name}:x:{entry.pw_uid}:{entry.pw_gid}::{entry.pw_dir}:/bin/bash"],
             "group": [f"{group}:x:{entry.pw_gid}:"],
@@ -650,12 +650,11 @@ def container_accounts(folder: Path, learners: list[pwd.struct_passwd]) -> None:
             os.chmod(path, 0o644)
 
 
-def _has_group(gid: int) -> bool:
+def _group_name(gid: int, fallback: str) -> str:
     try:
-        grp.getgrgid(gid)
-        return True
+        return grp.getgrgid(gid).gr_name
     except KeyError:
-        return False
+        return fallback
 
 
 # ---- the command ---------------------------------------------------------------------------------------------------
